@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// RAII file descriptor and the few socket helpers the TCP fabric uses.
+#pragma once
+
+#include <string>
+#include <unistd.h>
+#include <utility>
+
+#include "../handle.h"
+
+namespace vigil::net::tcp {
+
+/// Owns one file descriptor; closes it on destruction. Move-only.
+class UniqueFd
+{
+public:
+    UniqueFd() = default;
+    explicit UniqueFd(int fd) : fd_(fd) {}
+    UniqueFd(UniqueFd &&o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    UniqueFd &operator=(UniqueFd &&o) noexcept
+    {
+        if (this != &o) reset(std::exchange(o.fd_, -1));
+        return *this;
+    }
+    UniqueFd(const UniqueFd &) = delete;
+    UniqueFd &operator=(const UniqueFd &) = delete;
+    ~UniqueFd() { reset(); }
+    int get() const { return fd_; }
+    int release() { return std::exchange(fd_, -1); }
+    void reset(int fd = -1)
+    {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = fd;
+    }
+    explicit operator bool() const { return fd_ >= 0; }
+
+private:
+    int fd_ = -1;
+};
+
+/// Non-blocking, close-on-exec TCP socket of `family`. Returns -errno on failure.
+int make_socket(int family);
+/// TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when buf_bytes > 0. Returns 0 or -errno.
+int tune_socket(int fd, long buf_bytes);
+/// Local and peer endpoint of a connected socket ("?" parts on failure).
+std::string describe_socket(int fd);
+
+} // namespace vigil::net::tcp
