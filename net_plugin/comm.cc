@@ -80,6 +80,10 @@ int SendComm::isend(const void *data, size_t size, int tag, Request **out) noexc
     *out = nullptr;
     std::lock_guard<std::mutex> g(mu_);
     if (int e = error_.load(std::memory_order_relaxed)) return e;
+    if (peer_closed_) {
+        fail_locked(-ECONNRESET, path_->describe() + ": isend after the peer closed the connection");
+        return error_.load(std::memory_order_relaxed);
+    }
     if (size > kMaxMessageBytes) {
         VLOG_WARN("isend of %zu bytes exceeds the %llu-byte message limit (%s)", size,
                   static_cast<unsigned long long>(kMaxMessageBytes), path_->describe().c_str());
@@ -112,10 +116,17 @@ void SendComm::progress_locked() noexcept
     for (uint64_t s = acked_; s < ack; ++s)
         reqs_[s % kMaxInflight].state.store(Request::kDone, std::memory_order_release);
     acked_ = ack;
-    if (st.error != 0) fail_locked(st.error, path_->describe() + ": " + st.detail);
-    else if (st.peer_closed)
-        fail_locked(-ECONNRESET, path_->describe() + ": peer closed the connection with " +
-                                     std::to_string(next_seq_ - acked_) + " sends unacknowledged");
+    if (st.error != 0) {
+        fail_locked(st.error, path_->describe() + ": " + st.detail);
+    } else if (st.peer_closed && !peer_closed_) {
+        // An orderly close with nothing outstanding is the peer's closeRecv; it only becomes an
+        // error if we still owe or later post a send.
+        peer_closed_ = true;
+        if (acked_ < next_seq_)
+            fail_locked(-ECONNRESET, path_->describe() + ": peer closed the connection with " +
+                                         std::to_string(next_seq_ - acked_) +
+                                         " sends unacknowledged");
+    }
 }
 
 // ---- RecvComm ---------------------------------------------------------------------------

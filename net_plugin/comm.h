@@ -106,6 +106,7 @@ private:
     std::array<Request, kMaxInflight> reqs_; // slot seq % kMaxInflight
     uint64_t next_seq_ = 0;
     uint64_t acked_ = 0; // every seq below is held by the receiver
+    bool peer_closed_ = false;
 };
 
 /// NCCL's recvComm. Owns its path; implements the sink the path places frames through.

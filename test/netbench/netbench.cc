@@ -1,0 +1,653 @@
+// SPDX-License-Identifier: Apache-2.0
+// vigil-netbench: nccl-tests for the network layer, no GPU needed. Loads any ncclNet plugin
+// the way NCCL does, makes NCCL's call sequences (non-blocking connect/accept loops,
+// NULL-request retries, test polling, multi-recv) across processes that meet at a rendezvous
+// address, and runs validated workloads: latency ping-pong, bandwidth sweep, ring all-reduce
+// of float32 on host memory, multi-recv tag matching.
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "loader.h"
+#include "rendezvous.h"
+
+namespace {
+
+using vigil::bench::NetPlugin;
+using vigil::bench::Rendezvous;
+
+struct Options {
+    std::string plugin = "vigil";
+    int api_version = 0;
+    int rank = -1;
+    int nranks = 2;
+    std::string rendezvous;
+    std::string workload = "allreduce";
+    int64_t bytes = -1; // single size; -1 = workload default / sweep
+    int64_t min_bytes = 8;
+    int64_t max_bytes = 256ll << 20;
+    int factor = 2;
+    int iters = -1;
+    int warmup = -1;
+    int window = 8;
+    int64_t slice = 1 << 20;
+    bool check = false;
+    int dev = 0;
+    double timeout_s = 600;
+};
+
+[[noreturn]] void usage(int rc)
+{
+    std::fprintf(rc ? stderr : stdout, R"(usage: vigil-netbench --rank R --nranks N --rendezvous ADDR [options]
+
+Loads an ncclNet plugin the way NCCL does and runs a validated workload between N processes.
+
+  --plugin NAME|PATH   plugin to load (NCCL_NET_PLUGIN rules: NAME tries NAME, then
+                       libnccl-net-NAME.so); default vigil
+  --api-version N      use ncclNetPlugin_vN (8..12) instead of the newest exported
+  --rendezvous ADDR    unix:/path (works across network namespaces) or HOST:PORT; rank 0 listens
+  --workload W         latency | bandwidth | allreduce | multirecv   (default allreduce)
+  --bytes SIZE         message size (latency: 8, bandwidth: sweep) or per-rank buffer
+                       (allreduce: 64M); K/M/G suffixes
+  --min-bytes SIZE --max-bytes SIZE --factor F   bandwidth sweep (default 8 .. 256M, x2)
+  --iters N --warmup N iterations (defaults depend on the workload)
+  --window N           requests in flight per direction (default 8, max 64; above 32
+                       the plugin must answer some irecv calls with a NULL request)
+  --slice SIZE         all-reduce slice per request (default 1M)
+  --check              validate every received byte (always on for allreduce and multirecv)
+  --dev D              NCCL device index to use (default 0)
+  --timeout S          abort with ok:false after S seconds (default 600)
+
+Prints a table on rank 0 and, last, a one-line JSON summary:
+  {"ok":..,"workload":..,"ranks":..,"bytes":..,"seconds":..,"gbps":..,"errors":..,...}
+Exit status 0 only when every rank saw no error.
+)");
+    std::exit(rc);
+}
+
+int64_t parse_size(const char *s)
+{
+    char *end = nullptr;
+    long long v = std::strtoll(s, &end, 10);
+    if (end == s || v < 0) usage(2);
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; ++end; break;
+    case 'm': case 'M': v <<= 20; ++end; break;
+    case 'g': case 'G': v <<= 30; ++end; break;
+    default: break;
+    }
+    if (*end != '\0') usage(2);
+    return v;
+}
+
+Options parse(int argc, char **argv)
+{
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto next = [&]() -> const char * {
+            if (i + 1 >= argc) usage(2);
+            return argv[++i];
+        };
+        if (a == "--help" || a == "-h") usage(0);
+        else if (a == "--plugin") o.plugin = next();
+        else if (a == "--api-version") o.api_version = std::atoi(next());
+        else if (a == "--rank") o.rank = std::atoi(next());
+        else if (a == "--nranks") o.nranks = std::atoi(next());
+        else if (a == "--rendezvous") o.rendezvous = next();
+        else if (a == "--workload") o.workload = next();
+        else if (a == "--bytes") o.bytes = parse_size(next());
+        else if (a == "--min-bytes") o.min_bytes = parse_size(next());
+        else if (a == "--max-bytes") o.max_bytes = parse_size(next());
+        else if (a == "--factor") o.factor = std::atoi(next());
+        else if (a == "--iters") o.iters = std::atoi(next());
+        else if (a == "--warmup") o.warmup = std::atoi(next());
+        else if (a == "--window") o.window = std::atoi(next());
+        else if (a == "--slice") o.slice = parse_size(next());
+        else if (a == "--check") o.check = true;
+        else if (a == "--dev") o.dev = std::atoi(next());
+        else if (a == "--timeout") o.timeout_s = std::atof(next());
+        else {
+            std::fprintf(stderr, "vigil-netbench: unknown option %s\n", a.c_str());
+            usage(2);
+        }
+    }
+    if (o.rank < 0 || o.nranks < 2 || o.rank >= o.nranks || o.rendezvous.empty() ||
+        o.window < 1 || o.window > 64 || o.factor < 2 || o.slice < 1 ||
+        (o.api_version != 0 && (o.api_version < 8 || o.api_version > 12)))
+        usage(2);
+    return o;
+}
+
+double now_s()
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Fills/validates message `k` of `n` bytes with a position- and message-dependent pattern,
+// so lost, duplicated, misplaced or stale bytes all show.
+uint64_t pattern_word(uint64_t k, uint64_t j)
+{
+    return (k << 40) ^ (j * 0x9E3779B97F4A7C15ull) ^ 0x5A5A5A5A5A5A5A5Aull;
+}
+void fill(uint8_t *p, size_t n, uint64_t k)
+{
+    size_t words = n / 8;
+    for (size_t j = 0; j < words; ++j) {
+        uint64_t w = pattern_word(k, j);
+        std::memcpy(p + 8 * j, &w, 8);
+    }
+    uint64_t w = pattern_word(k, words);
+    std::memcpy(p + 8 * words, &w, n % 8);
+}
+size_t count_bad(const uint8_t *p, size_t n, uint64_t k)
+{
+    size_t bad = 0, words = n / 8;
+    for (size_t j = 0; j < words; ++j) {
+        uint64_t w = pattern_word(k, j), got;
+        std::memcpy(&got, p + 8 * j, 8);
+        bad += got != w;
+    }
+    uint64_t w = pattern_word(k, words);
+    bad += std::memcmp(p + 8 * words, &w, n % 8) != 0;
+    return bad;
+}
+
+/// Host buffer with its registration on both comms.
+struct Buffer {
+    std::vector<uint8_t> mem;
+    void *mh_send = nullptr, *mh_recv = nullptr;
+};
+
+class Bench
+{
+public:
+    explicit Bench(Options o) : o_(std::move(o)) {}
+    int run();
+
+private:
+    void die(const std::string &what);
+    void check_nccl(ncclResult_t r, const char *call);
+    void *post_send(void *data, size_t size, void *mh);
+    void *post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs);
+    bool poll(void *req, int *sizes);
+    void wait(void *req, int *sizes);
+    void reg(Buffer &b, size_t n);
+    void dereg(Buffer &b);
+
+    void latency();
+    void bandwidth();
+    void allreduce();
+    void multirecv();
+
+    Options o_;
+    NetPlugin net_;
+    Rendezvous rdv_;
+    void *send_comm_ = nullptr, *recv_comm_ = nullptr;
+    int max_recvs_ = 1;
+    // results
+    uint64_t bytes_sent_ = 0;
+    uint64_t errors_ = 0;
+    uint64_t null_retries_ = 0;
+    double seconds_ = 0;
+    double gbps_ = 0;
+    double busbw_ = 0;
+    double lat_p50_us_ = 0, lat_p99_us_ = 0;
+};
+
+void Bench::die(const std::string &what)
+{
+    std::fprintf(stderr, "vigil-netbench rank %d: %s\n", o_.rank, what.c_str());
+    std::printf("{\"ok\":false,\"rank\":%d,\"workload\":\"%s\",\"error\":\"%s\"}\n", o_.rank,
+                o_.workload.c_str(), what.c_str());
+    std::fflush(stdout);
+    std::_Exit(1);
+}
+
+void Bench::check_nccl(ncclResult_t r, const char *call)
+{
+    if (r != ncclSuccess) die(std::string(call) + " returned ncclResult " + std::to_string(r));
+}
+
+void *Bench::post_send(void *data, size_t size, void *mh)
+{
+    for (;;) {
+        void *req = reinterpret_cast<void *>(0x2); // must be overwritten, like NCCL expects
+        check_nccl(net_.isend(send_comm_, data, size, o_.rank, mh, &req), "isend");
+        if (req == reinterpret_cast<void *>(0x2)) die("isend left *request unwritten");
+        if (req != nullptr) return req;
+        ++null_retries_; // NULL request: NCCL calls again later
+    }
+}
+
+void *Bench::post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs)
+{
+    for (;;) {
+        void *req = nullptr;
+        check_nccl(net_.irecv(recv_comm_, n, data, sizes, tags, mhs, &req), "irecv");
+        if (req == reinterpret_cast<void *>(0x1)) die("irecv left the 0x1 pre-load in *request");
+        if (req != nullptr) return req;
+        ++null_retries_;
+    }
+}
+
+bool Bench::poll(void *req, int *sizes)
+{
+    int done = 0;
+    check_nccl(net_.test(req, &done, sizes), "test");
+    return done != 0;
+}
+
+void Bench::wait(void *req, int *sizes)
+{
+    while (!poll(req, sizes)) {
+    }
+}
+
+void Bench::reg(Buffer &b, size_t n)
+{
+    b.mem.assign(std::max<size_t>(n, 1), 0);
+    check_nccl(net_.reg_mr(send_comm_, b.mem.data(), b.mem.size(), &b.mh_send), "regMr");
+    check_nccl(net_.reg_mr(recv_comm_, b.mem.data(), b.mem.size(), &b.mh_recv), "regMr");
+}
+
+void Bench::dereg(Buffer &b)
+{
+    check_nccl(net_.dereg_mr(send_comm_, b.mh_send), "deregMr");
+    check_nccl(net_.dereg_mr(recv_comm_, b.mh_recv), "deregMr");
+}
+
+int Bench::run()
+{
+    if (std::string e = net_.load(o_.plugin, o_.api_version); !e.empty()) die(e);
+    if (std::string e = rdv_.open(o_.rendezvous, o_.rank, o_.nranks, 60); !e.empty()) die(e);
+    uint64_t comm_id = 0x76696769ull; // same on every rank, like NCCL's commHash
+    check_nccl(net_.init(comm_id), "init");
+    int ndev = 0;
+    check_nccl(net_.devices(&ndev), "devices");
+    if (o_.dev >= ndev) die("--dev " + std::to_string(o_.dev) + " but the plugin has " + std::to_string(ndev) + " devices");
+    vigil::bench::DevProps props;
+    check_nccl(net_.properties(o_.dev, &props), "getProperties");
+    max_recvs_ = props.max_recvs;
+    if (o_.rank == 0)
+        std::printf("# plugin %s (%s) ncclNet v%d, %d devices, using dev %d %s %d Mb/s maxRecvs %d\n",
+                    net_.name(), net_.path().c_str(), net_.version(), ndev, o_.dev,
+                    props.name.c_str(), props.speed_mbps, props.max_recvs);
+
+    // listen, exchange handles, then NCCL's proxy pattern: connect and accept both polled
+    // until each returns a comm (neither may block).
+    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void *listen_comm = nullptr;
+    check_nccl(net_.listen(o_.dev, handle, &listen_comm), "listen");
+    if (listen_comm == nullptr) die("listen returned a NULL listenComm");
+    std::vector<uint8_t> handles;
+    if (std::string e = rdv_.allgather(handle, sizeof(handle), &handles); !e.empty()) die(e);
+    const int next = (o_.rank + 1) % o_.nranks;
+    uint8_t peer_handle[NCCL_NET_HANDLE_MAXSIZE];
+    std::memcpy(peer_handle, handles.data() + static_cast<size_t>(next) * sizeof(handle), sizeof(handle));
+    const double t_connect = now_s();
+    uint64_t polls = 0;
+    while (send_comm_ == nullptr || recv_comm_ == nullptr) {
+        if (send_comm_ == nullptr) check_nccl(net_.connect(o_.dev, peer_handle, &send_comm_), "connect");
+        if (recv_comm_ == nullptr) check_nccl(net_.accept(listen_comm, &recv_comm_), "accept");
+        ++polls;
+        if (now_s() - t_connect > 60) die("connect/accept did not complete within 60 s");
+    }
+    check_nccl(net_.close_listen(listen_comm), "closeListen");
+    if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+
+    const double t0 = now_s();
+    if (o_.workload == "latency") latency();
+    else if (o_.workload == "bandwidth") bandwidth();
+    else if (o_.workload == "allreduce") allreduce();
+    else if (o_.workload == "multirecv") multirecv();
+    else die("unknown workload " + o_.workload);
+    const double elapsed = now_s() - t0;
+
+    if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+    check_nccl(net_.close_send(send_comm_), "closeSend");
+    check_nccl(net_.close_recv(recv_comm_), "closeRecv");
+    check_nccl(net_.finalize(), "finalize");
+
+    struct Result {
+        uint64_t bytes, errors, retries;
+    } mine{bytes_sent_, errors_, null_retries_};
+    std::vector<uint8_t> all;
+    if (std::string e = rdv_.allgather(&mine, sizeof(mine), &all); !e.empty()) die(e);
+    Result total{0, 0, 0};
+    for (int r = 0; r < o_.nranks; ++r) {
+        Result x;
+        std::memcpy(&x, all.data() + static_cast<size_t>(r) * sizeof(x), sizeof(x));
+        total.bytes += x.bytes;
+        total.errors += x.errors;
+        total.retries += x.retries;
+    }
+    if (o_.rank == 0) {
+        std::printf("{\"ok\":%s,\"workload\":\"%s\",\"plugin\":\"%s\",\"api_version\":%d,"
+                    "\"ranks\":%d,\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f,"
+                    "\"busbw_gbps\":%.4f,\"lat_p50_us\":%.2f,\"lat_p99_us\":%.2f,"
+                    "\"errors\":%" PRIu64 ",\"null_retries\":%" PRIu64 ",\"connect_polls\":%" PRIu64 ",\"elapsed_s\":%.3f}\n",
+                    total.errors == 0 ? "true" : "false", o_.workload.c_str(), net_.name(),
+                    net_.version(), o_.nranks, total.bytes, seconds_, gbps_, busbw_, lat_p50_us_,
+                    lat_p99_us_, total.errors, total.retries, polls, elapsed);
+    }
+    std::fflush(stdout);
+    return total.errors == 0 ? 0 : 1;
+}
+
+// Ping-pong between ranks 0 and 1; rank 0 times each round trip and reports half of it.
+void Bench::latency()
+{
+    if (o_.nranks != 2) die("latency needs --nranks 2");
+    const size_t size = static_cast<size_t>(o_.bytes < 0 ? 8 : o_.bytes);
+    const int iters = o_.iters < 0 ? 20000 : o_.iters;
+    const int warmup = o_.warmup < 0 ? 1000 : o_.warmup;
+    Buffer sb, rb;
+    reg(sb, size);
+    reg(rb, size);
+    std::vector<double> rtt;
+    rtt.reserve(static_cast<size_t>(iters));
+    int tag = 1 - o_.rank;
+    size_t rsize = size;
+    void *rdata = rb.mem.data();
+    void *rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv);
+    for (int it = 0; it < warmup + iters; ++it) {
+        if (o_.check) fill(sb.mem.data(), size, static_cast<uint64_t>(it * 2 + o_.rank));
+        int got = 0;
+        if (o_.rank == 0) {
+            const double t = now_s();
+            void *sreq = post_send(sb.mem.data(), size, sb.mh_send);
+            wait(rreq, &got);
+            const double dt = now_s() - t;
+            if (it >= warmup) rtt.push_back(dt);
+            if (o_.check) errors_ += count_bad(rb.mem.data(), size, static_cast<uint64_t>(it * 2 + 1));
+            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv);
+            wait(sreq, nullptr);
+        } else {
+            wait(rreq, &got);
+            if (o_.check) errors_ += count_bad(rb.mem.data(), size, static_cast<uint64_t>(it * 2));
+            void *sreq = post_send(sb.mem.data(), size, sb.mh_send);
+            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv);
+            wait(sreq, nullptr);
+        }
+        if (static_cast<size_t>(got) != size) ++errors_;
+        bytes_sent_ += size;
+    }
+    if (o_.rank == 0) {
+        std::sort(rtt.begin(), rtt.end());
+        double sum = 0;
+        for (double d : rtt) sum += d;
+        lat_p50_us_ = rtt[rtt.size() / 2] * 1e6 / 2;
+        lat_p99_us_ = rtt[rtt.size() * 99 / 100] * 1e6 / 2;
+        seconds_ = sum;
+        std::printf("# latency: %zu-byte ping-pong, %d iterations (half round trip)\n", size, iters);
+        std::printf("%12s %10s %10s %10s %10s\n", "bytes", "avg_us", "p50_us", "p99_us", "max_us");
+        std::printf("%12zu %10.2f %10.2f %10.2f %10.2f\n", size, sum / static_cast<double>(rtt.size()) * 1e6 / 2,
+                    lat_p50_us_, lat_p99_us_, rtt.back() * 1e6 / 2);
+    }
+    dereg(sb);
+    dereg(rb);
+}
+
+// Unidirectional stream rank 0 -> rank 1 with `window` requests in flight, for each size.
+void Bench::bandwidth()
+{
+    if (o_.nranks != 2) die("bandwidth needs --nranks 2");
+    std::vector<size_t> sizes;
+    if (o_.bytes >= 0) sizes.push_back(static_cast<size_t>(o_.bytes));
+    else {
+        if (o_.min_bytes == 0) sizes.push_back(0);
+        for (int64_t s = std::max<int64_t>(o_.min_bytes, 1); s <= o_.max_bytes; s *= o_.factor)
+            sizes.push_back(static_cast<size_t>(s));
+    }
+    const bool sender = o_.rank == 0;
+    if (sender) {
+        std::printf("# bandwidth: rank 0 -> rank 1, window %d%s\n", o_.window, o_.check ? ", checked" : "");
+        std::printf("%12s %8s %12s %10s %10s\n", "bytes", "iters", "time_us", "GB/s", "us/msg");
+    }
+    double best = 0;
+    for (size_t size : sizes) {
+        // Up to 1 GiB of buffers per side; each buffer carries one message in flight.
+        const int nbuf = static_cast<int>(std::clamp<size_t>(size ? (1ull << 30) / size : o_.window, 1, o_.window));
+        int iters = o_.iters;
+        if (iters < 0) iters = static_cast<int>(std::clamp<uint64_t>(size ? (2ull << 30) / size : 2000, 8, 20000));
+        const int warmup = o_.warmup < 0 ? std::min(iters / 10 + 1, 50) : o_.warmup;
+        std::vector<Buffer> bufs(static_cast<size_t>(nbuf));
+        for (Buffer &b : bufs) reg(b, size);
+        std::vector<void *> reqs(static_cast<size_t>(nbuf), nullptr);
+        std::vector<int> msg_of(static_cast<size_t>(nbuf), -1);
+        const int total = warmup + iters;
+        int posted = 0, completed = 0;
+        double t0 = 0;
+        int tag = 0; // the sender's rank
+        if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+        while (completed < total) {
+            for (int b = 0; b < nbuf; ++b) {
+                const size_t bi = static_cast<size_t>(b);
+                // The timed part starts with an empty pipe: post past the warm-up only once
+                // every warm-up message completed.
+                const bool drain = posted == warmup && completed < warmup;
+                if (reqs[bi] == nullptr && posted < total && posted - completed < nbuf && !drain) {
+                    Buffer &buf = bufs[bi];
+                    if (sender) {
+                        if (o_.check) fill(buf.mem.data(), size, static_cast<uint64_t>(posted));
+                        reqs[bi] = post_send(buf.mem.data(), size, buf.mh_send);
+                    } else {
+                        void *d = buf.mem.data();
+                        size_t sz = size;
+                        reqs[bi] = post_recv(1, &d, &sz, &tag, &buf.mh_recv);
+                    }
+                    msg_of[bi] = posted++;
+                }
+                if (reqs[bi] != nullptr) {
+                    int got = 0;
+                    if (poll(reqs[bi], &got)) {
+                        reqs[bi] = nullptr;
+                        if (static_cast<size_t>(got) != size) ++errors_;
+                        if (!sender && o_.check)
+                            errors_ += count_bad(bufs[bi].mem.data(), size, static_cast<uint64_t>(msg_of[bi]));
+                        if (sender && msg_of[bi] >= warmup) bytes_sent_ += size;
+                        if (++completed == warmup) t0 = now_s();
+                    }
+                }
+            }
+        }
+        const double dt = now_s() - t0;
+        if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+        for (Buffer &b : bufs) dereg(b);
+        if (sender) {
+            const double gbps = static_cast<double>(size) * iters / dt / 1e9;
+            best = std::max(best, gbps);
+            seconds_ += dt;
+            std::printf("%12zu %8d %12.1f %10.3f %10.2f\n", size, iters, dt * 1e6, gbps, dt * 1e6 / iters);
+            std::fflush(stdout);
+        }
+    }
+    gbps_ = best;
+}
+
+// Ring all-reduce (reduce-scatter then all-gather) of float32 sums, validated exactly.
+void Bench::allreduce()
+{
+    const size_t bytes = static_cast<size_t>(o_.bytes < 0 ? (64 << 20) : o_.bytes);
+    const size_t count = bytes / sizeof(float);
+    const int iters = o_.iters < 0 ? 5 : o_.iters;
+    const int n = o_.nranks, r = o_.rank;
+    const int prev = (r + n - 1) % n;
+    auto chunk_begin = [&](int c) { return count * static_cast<size_t>(c) / static_cast<size_t>(n); };
+    size_t max_chunk = 0;
+    for (int c = 0; c < n; ++c) max_chunk = std::max(max_chunk, chunk_begin(c + 1) - chunk_begin(c));
+    Buffer data, tmp;
+    reg(data, count * sizeof(float));
+    reg(tmp, max_chunk * sizeof(float));
+    auto *x = reinterpret_cast<float *>(data.mem.data());
+    auto *t = reinterpret_cast<float *>(tmp.mem.data());
+    // Integer-valued inputs keep every partial sum exact in float32 (|sum| < 2^24).
+    auto value = [](int rank, size_t i, int it) {
+        return static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13 + static_cast<size_t>(it) * 5) % 1024) - 512);
+    };
+    const size_t slice = static_cast<size_t>(o_.slice) / sizeof(float) * sizeof(float);
+    if (r == 0) {
+        std::printf("# allreduce: ring of %d ranks, %zu bytes per rank, slice %zu, window %d\n", n, count * sizeof(float), slice, o_.window);
+        std::printf("%6s %12s %12s %10s %10s %10s\n", "iter", "bytes", "time_us", "algbw", "busbw", "errors");
+    }
+    // One ring step: send [sptr, +slen) to next, receive into [rptr, +rlen) from prev, both
+    // cut into slices with up to `window` requests in flight per direction.
+    auto step = [&](float *sptr, size_t scount, float *rptr, size_t rcount, bool reduce) {
+        const size_t sbytes = scount * sizeof(float), rbytes = rcount * sizeof(float);
+        const size_t ns = sbytes ? (sbytes + slice - 1) / slice : 0, nr = rbytes ? (rbytes + slice - 1) / slice : 0;
+        std::vector<void *> sreq(ns, nullptr), rreq(nr, nullptr);
+        size_t s_posted = 0, r_posted = 0, s_done = 0, r_done = 0;
+        uint8_t *dst = reinterpret_cast<uint8_t *>(reduce ? t : rptr);
+        int tag = prev;
+        while (s_done < ns || r_done < nr) {
+            while (r_posted < nr && r_posted - r_done < static_cast<size_t>(o_.window)) {
+                void *d = dst + r_posted * slice;
+                size_t sz = std::min(slice, rbytes - r_posted * slice);
+                rreq[r_posted++] = post_recv(1, &d, &sz, &tag, reduce ? &tmp.mh_recv : &data.mh_recv);
+            }
+            while (s_posted < ns && s_posted - s_done < static_cast<size_t>(o_.window)) {
+                const size_t sz = std::min(slice, sbytes - s_posted * slice);
+                sreq[s_posted] = post_send(reinterpret_cast<uint8_t *>(sptr) + s_posted * slice, sz, data.mh_send);
+                ++s_posted;
+                bytes_sent_ += sz;
+            }
+            for (size_t i = r_done; i < r_posted; ++i) {
+                if (rreq[i] == nullptr) continue;
+                int got = 0;
+                if (!poll(rreq[i], &got)) continue;
+                rreq[i] = nullptr;
+                const size_t expect = std::min(slice, rbytes - i * slice);
+                if (static_cast<size_t>(got) != expect) ++errors_;
+                if (reduce) {
+                    const size_t f0 = i * slice / sizeof(float), nf = expect / sizeof(float);
+                    for (size_t k = 0; k < nf; ++k) rptr[f0 + k] += t[f0 + k];
+                }
+            }
+            while (r_done < r_posted && rreq[r_done] == nullptr) ++r_done;
+            for (size_t i = s_done; i < s_posted; ++i)
+                if (sreq[i] != nullptr && poll(sreq[i], nullptr)) sreq[i] = nullptr;
+            while (s_done < s_posted && sreq[s_done] == nullptr) ++s_done;
+        }
+    };
+    double total_time = 0;
+    for (int it = 0; it < iters; ++it) {
+        for (size_t i = 0; i < count; ++i) x[i] = value(r, i, it);
+        if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+        const double t0 = now_s();
+        for (int s = 0; s < n - 1; ++s) { // reduce-scatter
+            const int sc = (r - s + n) % n, rc = (r - s - 1 + 2 * n) % n;
+            step(x + chunk_begin(sc), chunk_begin(sc + 1) - chunk_begin(sc),
+                 x + chunk_begin(rc), chunk_begin(rc + 1) - chunk_begin(rc), true);
+        }
+        for (int s = 0; s < n - 1; ++s) { // all-gather
+            const int sc = (r + 1 - s + n) % n, rc = (r - s + n) % n;
+            step(x + chunk_begin(sc), chunk_begin(sc + 1) - chunk_begin(sc),
+                 x + chunk_begin(rc), chunk_begin(rc + 1) - chunk_begin(rc), false);
+        }
+        const double dt = now_s() - t0;
+        total_time += dt;
+        uint64_t bad = 0;
+        for (size_t i = 0; i < count; ++i) {
+            float expect = 0;
+            for (int k = 0; k < n; ++k) expect += value(k, i, it);
+            bad += x[i] != expect;
+        }
+        errors_ += bad;
+        if (r == 0) {
+            const double algbw = static_cast<double>(count * sizeof(float)) / dt / 1e9;
+            std::printf("%6d %12zu %12.1f %10.3f %10.3f %10" PRIu64 "\n", it, count * sizeof(float), dt * 1e6,
+                        algbw, algbw * 2.0 * (n - 1) / n, bad);
+            std::fflush(stdout);
+        }
+    }
+    seconds_ = total_time;
+    gbps_ = static_cast<double>(count * sizeof(float)) * iters / total_time / 1e9;
+    busbw_ = gbps_ * 2.0 * (n - 1) / n;
+    dereg(data);
+    dereg(tmp);
+}
+
+// Rank 1 posts irecv(n = maxRecvs) with tags, rank 0 sends n messages; every message must
+// land in the buffer its tag selects (distinct tags, reversed order) or, with equal tags,
+// in sequence order. Sizes differ per message so test()'s sizes are checked too.
+void Bench::multirecv()
+{
+    if (o_.nranks != 2) die("multirecv needs --nranks 2");
+    const int k = std::min(max_recvs_, 8);
+    const int iters = o_.iters < 0 ? 200 : o_.iters;
+    const size_t cap = static_cast<size_t>(o_.bytes < 0 ? 64 * 1024 : o_.bytes) + 64 * 8;
+    std::vector<Buffer> bufs(static_cast<size_t>(k));
+    for (Buffer &b : bufs) reg(b, cap);
+    if (o_.rank == 0) std::printf("# multirecv: %d receives per irecv, %d iterations\n", k, iters);
+    for (int it = 0; it < iters; ++it) {
+        const bool same_tags = it % 2 == 1;
+        auto msg_size = [&](int j) { return cap - 64 * 8 + static_cast<size_t>((j * 37 + it) % 64) * 8; };
+        if (o_.rank == 0) {
+            std::vector<void *> reqs;
+            for (int j = 0; j < k; ++j) {
+                Buffer &b = bufs[static_cast<size_t>(j)];
+                fill(b.mem.data(), msg_size(j), static_cast<uint64_t>(it * 16 + j));
+                void *req = nullptr;
+                const int tag = same_tags ? 7 : j;
+                for (;;) {
+                    check_nccl(net_.isend(send_comm_, b.mem.data(), msg_size(j), tag, b.mh_send, &req), "isend");
+                    if (req) break;
+                    ++null_retries_;
+                }
+                reqs.push_back(req);
+                bytes_sent_ += msg_size(j);
+            }
+            for (void *req : reqs) wait(req, nullptr);
+        } else {
+            std::vector<void *> data(static_cast<size_t>(k));
+            std::vector<size_t> sizes(static_cast<size_t>(k), cap);
+            std::vector<int> tags(static_cast<size_t>(k));
+            std::vector<void *> mhs(static_cast<size_t>(k));
+            for (int i = 0; i < k; ++i) {
+                data[static_cast<size_t>(i)] = bufs[static_cast<size_t>(i)].mem.data();
+                mhs[static_cast<size_t>(i)] = bufs[static_cast<size_t>(i)].mh_recv;
+                tags[static_cast<size_t>(i)] = same_tags ? 7 : k - 1 - i; // buffer i wants message k-1-i
+            }
+            void *req = post_recv(k, data.data(), sizes.data(), tags.data(), mhs.data());
+            int got[NCCL_PROXY_MAX_SUBS] = {};
+            wait(req, got);
+            for (int i = 0; i < k; ++i) {
+                const int j = same_tags ? i : k - 1 - i;
+                if (static_cast<size_t>(got[i]) != msg_size(j)) ++errors_;
+                errors_ += count_bad(bufs[static_cast<size_t>(i)].mem.data(), msg_size(j), static_cast<uint64_t>(it * 16 + j));
+            }
+        }
+        if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+    }
+    for (Buffer &b : bufs) dereg(b);
+}
+
+int g_timeout_rank = -1;
+void on_alarm(int)
+{
+    static const char msg[] = "{\"ok\":false,\"error\":\"timeout\"}\n";
+    [[maybe_unused]] ssize_t w = write(1, msg, sizeof(msg) - 1);
+    _exit(3);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    Options o = parse(argc, argv);
+    std::signal(SIGALRM, on_alarm);
+    alarm(static_cast<unsigned>(o.timeout_s));
+    g_timeout_rank = o.rank;
+    Bench b(std::move(o));
+    return b.run();
+}

@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+// TCP wire formats: hello, frame header, ack.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "tcp/wire.h"
+
+using namespace vigil::net::tcp;
+
+namespace {
+
+Hello sample_hello()
+{
+    Hello h;
+    h.nstreams = 4;
+    h.stream = 3;
+    h.path_kind = 1;
+    for (size_t i = 0; i < h.nonce.size(); ++i) h.nonce[i] = static_cast<uint8_t>(i + 1);
+    h.conn_id = 0x0123456789abcdefULL;
+    return h;
+}
+
+// Decodes `bytes` into a fresh Hello and returns the reason ("" when valid).
+std::string hello_verdict(const std::array<uint8_t, Hello::kSize> &bytes)
+{
+    Hello h;
+    const char *bad = h.decode(bytes.data());
+    return bad == nullptr ? "" : bad;
+}
+
+std::array<uint8_t, Hello::kSize> hello_bytes(const Hello &h)
+{
+    std::array<uint8_t, Hello::kSize> b{};
+    h.encode(b.data());
+    return b;
+}
+
+constexpr uint64_t kMaxMsg = 0x7fffffff;
+
+std::string frame_verdict(const FrameHeader &h, uint64_t max_message = kMaxMsg)
+{
+    std::array<uint8_t, FrameHeader::kSize> b{};
+    h.encode(b.data());
+    FrameHeader out;
+    const char *bad = out.decode(b.data(), max_message);
+    return bad == nullptr ? "" : bad;
+}
+
+FrameHeader sample_frame()
+{
+    FrameHeader f;
+    f.gen = 0xA1B2C3D4;
+    f.seq = 0x1122334455667788ULL;
+    f.size = 1000;
+    f.offset = 200;
+    f.len = 300;
+    f.tag = -5;
+    return f;
+}
+
+} // namespace
+
+TEST_CASE("put_le/get_le are little-endian inverses", "[wire]")
+{
+    uint8_t b[8] = {};
+    put_le(b, 0x0102030405060708ULL, 8);
+    CHECK(b[0] == 0x08);
+    CHECK(b[7] == 0x01);
+    CHECK(get_le(b, 8) == 0x0102030405060708ULL);
+    CHECK(get_le(b, 4) == 0x05060708ULL);
+}
+
+TEST_CASE("Hello round trip", "[wire]")
+{
+    const Hello h = sample_hello();
+    const auto b = hello_bytes(h);
+    CHECK(std::memcmp(b.data(), "VLGC", 4) == 0);
+    Hello out;
+    REQUIRE(out.decode(b.data()) == nullptr);
+    CHECK(out.version == Hello::kVersion);
+    CHECK(out.nstreams == 4);
+    CHECK(out.stream == 3);
+    CHECK(out.path_kind == 1);
+    CHECK(out.nonce == h.nonce);
+    CHECK(out.conn_id == h.conn_id);
+    CHECK(out.reserved == 0);
+}
+
+TEST_CASE("Hello accepts the bounds of every field", "[wire]")
+{
+    Hello h = sample_hello();
+    h.nstreams = 1;
+    h.stream = 0;
+    h.path_kind = 0;
+    CHECK(hello_verdict(hello_bytes(h)).empty());
+    h.nstreams = static_cast<uint8_t>(kMaxStreams);
+    h.stream = static_cast<uint8_t>(kMaxStreams - 1);
+    CHECK(hello_verdict(hello_bytes(h)).empty());
+}
+
+TEST_CASE("Hello rejects each bad field", "[wire]")
+{
+    Hello h = sample_hello();
+    SECTION("magic")
+    {
+        auto b = hello_bytes(h);
+        b[3] ^= 0xff;
+        CHECK_THAT(hello_verdict(b), Catch::Contains("magic"));
+    }
+    SECTION("version")
+    {
+        h.version = 2;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("version"));
+        h.version = 0;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("version"));
+    }
+    SECTION("nstreams 0 and 17")
+    {
+        h.stream = 0;
+        h.nstreams = 0;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("stream count"));
+        h.nstreams = 17;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("stream count"));
+        h.nstreams = 255;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("stream count"));
+    }
+    SECTION("stream >= nstreams")
+    {
+        h.stream = 4;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("stream index"));
+        h.stream = 200;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("stream index"));
+    }
+    SECTION("path_kind 2")
+    {
+        h.path_kind = 2;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("path kind"));
+    }
+    SECTION("conn_id 0")
+    {
+        h.conn_id = 0;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("connection id"));
+    }
+    SECTION("reserved != 0")
+    {
+        h.reserved = 1ULL << 63;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("reserved"));
+    }
+}
+
+TEST_CASE("AcceptAnswer layout", "[wire]")
+{
+    uint8_t b[AcceptAnswer::kSize] = {};
+    AcceptAnswer::encode(b, 0xdeadbeef);
+    CHECK(std::memcmp(b, "VLGA", 4) == 0);
+    CHECK(get_le(b + 4, 4) == 0xdeadbeef);
+}
+
+TEST_CASE("FrameHeader round trip", "[wire]")
+{
+    const FrameHeader f = sample_frame();
+    std::array<uint8_t, FrameHeader::kSize> b{};
+    f.encode(b.data());
+    CHECK(std::memcmp(b.data(), "VLGD", 4) == 0);
+    FrameHeader out;
+    REQUIRE(out.decode(b.data(), kMaxMsg) == nullptr);
+    CHECK(out.gen == f.gen);
+    CHECK(out.seq == f.seq);
+    CHECK(out.size == f.size);
+    CHECK(out.offset == f.offset);
+    CHECK(out.len == f.len);
+    CHECK(out.tag == -5);
+}
+
+TEST_CASE("FrameHeader accepts boundary values", "[wire]")
+{
+    FrameHeader f = sample_frame();
+    SECTION("zero-byte message")
+    {
+        f.size = 0;
+        f.offset = 0;
+        f.len = 0;
+        CHECK(frame_verdict(f).empty());
+    }
+    SECTION("chunk ending exactly at the message end")
+    {
+        f.offset = 700;
+        f.len = 300;
+        CHECK(frame_verdict(f).empty());
+    }
+    SECTION("size == max_message, len == kMaxFrameBytes")
+    {
+        f.size = kMaxMsg;
+        f.offset = kMaxMsg - kMaxFrameBytes;
+        f.len = kMaxFrameBytes;
+        CHECK(frame_verdict(f).empty());
+    }
+}
+
+TEST_CASE("FrameHeader rejects each bad field", "[wire]")
+{
+    FrameHeader f = sample_frame();
+    SECTION("magic")
+    {
+        std::array<uint8_t, FrameHeader::kSize> b{};
+        f.encode(b.data());
+        b[0] ^= 1;
+        FrameHeader out;
+        const char *bad = out.decode(b.data(), kMaxMsg);
+        REQUIRE(bad != nullptr);
+        CHECK_THAT(std::string(bad), Catch::Contains("magic"));
+    }
+    SECTION("size > max_message")
+    {
+        f.size = kMaxMsg + 1;
+        CHECK_THAT(frame_verdict(f), Catch::Contains("size"));
+        f.size = 1001;
+        CHECK_THAT(frame_verdict(f, 1000), Catch::Contains("size"));
+        CHECK(frame_verdict(f, 1001).empty());
+    }
+    SECTION("len > kMaxFrameBytes")
+    {
+        f.size = kMaxMsg;
+        f.offset = 0;
+        f.len = kMaxFrameBytes + 1;
+        CHECK_THAT(frame_verdict(f), Catch::Contains("length"));
+        f.len = UINT32_MAX;
+        CHECK_THAT(frame_verdict(f), Catch::Contains("length"));
+    }
+    SECTION("offset > size")
+    {
+        f.offset = 1001;
+        f.len = 0;
+        CHECK_THAT(frame_verdict(f), Catch::Contains("outside"));
+    }
+    SECTION("offset + len > size")
+    {
+        f.offset = 701;
+        f.len = 300;
+        CHECK_THAT(frame_verdict(f), Catch::Contains("outside"));
+    }
+    SECTION("offset + len overflowing 64 bits")
+    {
+        f.offset = UINT64_MAX - 1;
+        f.len = 4;
+        CHECK_THAT(frame_verdict(f), Catch::Contains("outside"));
+        // Even with no message-size limit at all, the wrap-around must not slip through.
+        f.size = UINT64_MAX;
+        CHECK_FALSE(frame_verdict(f, UINT64_MAX).empty());
+        f.offset = UINT64_MAX - 4;
+        CHECK(frame_verdict(f, UINT64_MAX).empty()); // ends exactly at UINT64_MAX
+    }
+}
+
+TEST_CASE("AckFrame round trip and bad magic", "[wire]")
+{
+    AckFrame a;
+    a.gen = 7;
+    a.ack_seq = 0xfedcba9876543210ULL;
+    std::array<uint8_t, AckFrame::kSize> b{};
+    a.encode(b.data());
+    CHECK(std::memcmp(b.data(), "VLGK", 4) == 0);
+    AckFrame out;
+    REQUIRE(out.decode(b.data()));
+    CHECK(out.gen == 7);
+    CHECK(out.ack_seq == a.ack_seq);
+
+    b[2] ^= 0x10;
+    AckFrame bad;
+    CHECK_FALSE(bad.decode(b.data()));
+}
