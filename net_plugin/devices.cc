@@ -92,19 +92,24 @@ int select_devices(const std::vector<IfaceInfo> &ifaces, std::string_view spec,
         if (why) *why = "VIGIL_SOCKET_FAMILY must be AF_INET, AF_INET6 or empty";
         return -EINVAL;
     }
+    // One device per selected interface, in the order interfaces are listed; each takes its
+    // first address of the preferred family, else (unless restricted) of the other one.
+    const int other = want_first == AF_INET ? AF_INET6 : AF_INET;
     auto pick = [&](const IfaceSelector &sel, bool need_up) {
         std::vector<Device> devs;
-        for (int pass = 0; pass < (only ? 1 : 2); ++pass) {
-            const int fam = pass == 0 ? want_first : (want_first == AF_INET ? AF_INET6 : AF_INET);
-            for (const IfaceInfo &i : ifaces) {
-                if (i.addr.family != fam || (need_up && !i.up) || !sel.matches(i.name)) continue;
-                bool seen = false;
-                for (const Device &d : devs) seen = seen || d.name == i.name;
-                if (seen) continue;
+        for (const IfaceInfo &i : ifaces) {
+            if ((need_up && !i.up) || !sel.matches(i.name)) continue;
+            if (i.addr.family != want_first && (only || i.addr.family != other)) continue;
+            Device *seen = nullptr;
+            for (Device &d : devs)
+                if (d.name == i.name) seen = &d;
+            if (seen == nullptr) {
                 Device d;
                 d.name = i.name;
                 d.addr = i.addr;
                 devs.push_back(d);
+            } else if (seen->addr.family != want_first && i.addr.family == want_first) {
+                seen->addr = i.addr;
             }
         }
         return devs;

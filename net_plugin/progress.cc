@@ -15,8 +15,10 @@ namespace vigil::net {
 
 ProgressEngine &ProgressEngine::instance()
 {
-    static ProgressEngine engine;
-    return engine;
+    // Never destroyed: ncclNet v8..v10 have no finalize, so the thread may still run at exit,
+    // and a joinable std::thread's destructor would call std::terminate.
+    static ProgressEngine *engine = new ProgressEngine;
+    return *engine;
 }
 
 int ProgressEngine::start()

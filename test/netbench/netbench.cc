@@ -177,6 +177,11 @@ public:
 private:
     void die(const std::string &what);
     void check_nccl(ncclResult_t r, const char *call);
+    // try_*: one call; nullptr when the plugin answered with a NULL request (NCCL then goes on
+    // testing other requests and calls again later). post_*: retry until posted, only safe
+    // while fewer than NCCL_NET_MAX_REQUESTS requests are outstanding.
+    void *try_send(void *data, size_t size, void *mh);
+    void *try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs);
     void *post_send(void *data, size_t size, void *mh);
     void *post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs);
     bool poll(void *req, int *sizes);
@@ -218,26 +223,34 @@ void Bench::check_nccl(ncclResult_t r, const char *call)
     if (r != ncclSuccess) die(std::string(call) + " returned ncclResult " + std::to_string(r));
 }
 
+void *Bench::try_send(void *data, size_t size, void *mh)
+{
+    void *req = reinterpret_cast<void *>(0x2); // must be overwritten, like NCCL expects
+    check_nccl(net_.isend(send_comm_, data, size, o_.rank, mh, &req), "isend");
+    if (req == reinterpret_cast<void *>(0x2)) die("isend left *request unwritten");
+    if (req == nullptr) ++null_retries_;
+    return req;
+}
+
+void *Bench::try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs)
+{
+    void *req = nullptr;
+    check_nccl(net_.irecv(recv_comm_, n, data, sizes, tags, mhs, &req), "irecv");
+    if (req == reinterpret_cast<void *>(0x1)) die("irecv left the 0x1 pre-load in *request");
+    if (req == nullptr) ++null_retries_;
+    return req;
+}
+
 void *Bench::post_send(void *data, size_t size, void *mh)
 {
-    for (;;) {
-        void *req = reinterpret_cast<void *>(0x2); // must be overwritten, like NCCL expects
-        check_nccl(net_.isend(send_comm_, data, size, o_.rank, mh, &req), "isend");
-        if (req == reinterpret_cast<void *>(0x2)) die("isend left *request unwritten");
-        if (req != nullptr) return req;
-        ++null_retries_; // NULL request: NCCL calls again later
-    }
+    for (;;)
+        if (void *req = try_send(data, size, mh)) return req;
 }
 
 void *Bench::post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs)
 {
-    for (;;) {
-        void *req = nullptr;
-        check_nccl(net_.irecv(recv_comm_, n, data, sizes, tags, mhs, &req), "irecv");
-        if (req == reinterpret_cast<void *>(0x1)) die("irecv left the 0x1 pre-load in *request");
-        if (req != nullptr) return req;
-        ++null_retries_;
-    }
+    for (;;)
+        if (void *req = try_recv(n, data, sizes, tags, mhs)) return req;
 }
 
 bool Bench::poll(void *req, int *sizes)
@@ -439,14 +452,17 @@ void Bench::bandwidth()
                 if (reqs[bi] == nullptr && posted < total && posted - completed < nbuf && !drain) {
                     Buffer &buf = bufs[bi];
                     if (sender) {
-                        if (o_.check) fill(buf.mem.data(), size, static_cast<uint64_t>(posted));
-                        reqs[bi] = post_send(buf.mem.data(), size, buf.mh_send);
+                        if (o_.check && msg_of[bi] != posted)
+                            fill(buf.mem.data(), size, static_cast<uint64_t>(posted));
+                        msg_of[bi] = posted;
+                        reqs[bi] = try_send(buf.mem.data(), size, buf.mh_send);
                     } else {
                         void *d = buf.mem.data();
                         size_t sz = size;
-                        reqs[bi] = post_recv(1, &d, &sz, &tag, &buf.mh_recv);
+                        msg_of[bi] = posted;
+                        reqs[bi] = try_recv(1, &d, &sz, &tag, &buf.mh_recv);
                     }
-                    msg_of[bi] = posted++;
+                    if (reqs[bi] != nullptr) ++posted;
                 }
                 if (reqs[bi] != nullptr) {
                     int got = 0;
@@ -513,11 +529,14 @@ void Bench::allreduce()
             while (r_posted < nr && r_posted - r_done < static_cast<size_t>(o_.window)) {
                 void *d = dst + r_posted * slice;
                 size_t sz = std::min(slice, rbytes - r_posted * slice);
-                rreq[r_posted++] = post_recv(1, &d, &sz, &tag, reduce ? &tmp.mh_recv : &data.mh_recv);
+                rreq[r_posted] = try_recv(1, &d, &sz, &tag, reduce ? &tmp.mh_recv : &data.mh_recv);
+                if (rreq[r_posted] == nullptr) break;
+                ++r_posted;
             }
             while (s_posted < ns && s_posted - s_done < static_cast<size_t>(o_.window)) {
                 const size_t sz = std::min(slice, sbytes - s_posted * slice);
-                sreq[s_posted] = post_send(reinterpret_cast<uint8_t *>(sptr) + s_posted * slice, sz, data.mh_send);
+                sreq[s_posted] = try_send(reinterpret_cast<uint8_t *>(sptr) + s_posted * slice, sz, data.mh_send);
+                if (sreq[s_posted] == nullptr) break;
                 ++s_posted;
                 bytes_sent_ += sz;
             }

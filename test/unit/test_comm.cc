@@ -79,18 +79,19 @@ struct Wire {
 
     size_t count(uint64_t seq, Placement::Kind kind) const
     {
-        return static_cast<size_t>(std::count_if(locates.begin(), locates.end(), [&](const LocateEvent &e) {
-            return e.seq == seq && e.kind == kind;
-        }));
+        return static_cast<size_t>(
+            std::count_if(locates.begin(), locates.end(),
+                          [&](const LocateEvent &e) { return e.seq == seq && e.kind == kind; }));
     }
     size_t count(Placement::Kind kind) const
     {
-        return static_cast<size_t>(std::count_if(locates.begin(), locates.end(),
-                                                 [&](const LocateEvent &e) { return e.kind == kind; }));
+        return static_cast<size_t>(std::count_if(
+            locates.begin(), locates.end(), [&](const LocateEvent &e) { return e.kind == kind; }));
     }
     bool in_flight() const
     {
-        return std::any_of(streams.begin(), streams.end(), [](const auto &s) { return !s.empty(); });
+        return std::any_of(streams.begin(), streams.end(),
+                           [](const auto &s) { return !s.empty(); });
     }
 };
 
@@ -101,7 +102,8 @@ Frame chunk_of(const OutMessage &m, uint64_t offset, uint64_t len)
     return f;
 }
 
-Frame make_frame(uint64_t seq, int32_t tag, uint64_t size, uint64_t offset, uint64_t len, uint8_t fill)
+Frame make_frame(uint64_t seq, int32_t tag, uint64_t size, uint64_t offset, uint64_t len,
+                 uint8_t fill)
 {
     return Frame{seq, tag, size, offset, std::vector<uint8_t>(len, fill)};
 }
@@ -113,8 +115,10 @@ public:
     void post(const OutMessage &m) override
     {
         w_.posted.push_back(m);
-        if (w_.split) w_.split(m, w_);
-        else w_.push(0, chunk_of(m, 0, m.size));
+        if (w_.split)
+            w_.split(m, w_);
+        else
+            w_.push(0, chunk_of(m, 0, m.size));
     }
     PathStatus progress(uint64_t *acked_seq) override
     {
@@ -206,7 +210,8 @@ Request *must_irecv(vn::RecvComm &c, std::vector<void *> bufs, std::vector<size_
                     std::vector<int> tags)
 {
     Request *r = nullptr;
-    REQUIRE(c.irecv(static_cast<int>(bufs.size()), bufs.data(), sizes.data(), tags.data(), &r) == 0);
+    REQUIRE(c.irecv(static_cast<int>(bufs.size()), bufs.data(), sizes.data(), tags.data(), &r) ==
+            0);
     REQUIRE(r != nullptr);
     return r;
 }
@@ -378,18 +383,22 @@ TEST_CASE("irecv is refused while the sequence window is full, even with free re
     // Messages 0..7 (the first irecv's) travel on a stream that is held back.
     L.w.set_streams(2);
     L.w.paused[1] = true;
-    L.w.split = [](const OutMessage &m, Wire &w) { w.push(m.seq < 8 ? 1 : 0, chunk_of(m, 0, m.size)); };
+    L.w.split = [](const OutMessage &m, Wire &w) {
+        w.push(m.seq < 8 ? 1 : 0, chunk_of(m, 0, m.size));
+    };
 
     std::vector<std::array<uint8_t, 8>> bufs(vn::kMaxInflight);
     std::vector<Request *> reqs;
     for (int k = 0; k < vn::kMaxRequests; ++k) {
         std::vector<void *> d;
-        for (int i = 0; i < vn::kMaxRecvs; ++i) d.push_back(bufs[static_cast<size_t>(k * 8 + i)].data());
+        for (int i = 0; i < vn::kMaxRecvs; ++i)
+            d.push_back(bufs[static_cast<size_t>(k * 8 + i)].data());
         reqs.push_back(must_irecv(L.recv, d, std::vector<size_t>(8, 8), std::vector<int>(8, 3)));
     }
     std::vector<uint8_t> src(vn::kMaxInflight);
     std::iota(src.begin(), src.end(), uint8_t{0});
-    for (int i = 0; i < vn::kMaxInflight; ++i) must_isend(L.send, &src[static_cast<size_t>(i)], 1, 3);
+    for (int i = 0; i < vn::kMaxInflight; ++i)
+        must_isend(L.send, &src[static_cast<size_t>(i)], 1, 3);
 
     for (int k = 1; k < vn::kMaxRequests; ++k) {
         std::vector<int> sizes(8, -1);
@@ -412,7 +421,8 @@ TEST_CASE("irecv is refused while the sequence window is full, even with free re
     REQUIRE_FALSE(L.w.acks.empty());
     CHECK(L.w.acks.back() == static_cast<uint64_t>(vn::kMaxInflight));
     CHECK(L.w.ack_regressions == 0);
-    for (int i = 0; i < vn::kMaxInflight; ++i) CHECK(bufs[static_cast<size_t>(i)][0] == src[static_cast<size_t>(i)]);
+    for (int i = 0; i < vn::kMaxInflight; ++i)
+        CHECK(bufs[static_cast<size_t>(i)][0] == src[static_cast<size_t>(i)]);
     CHECK(must_irecv(L.recv, {data}, {1}, {3}) != nullptr);
 }
 
@@ -427,9 +437,11 @@ TEST_CASE("multi-recv with distinct tags: each message lands in its tag's buffer
     L.w.split = [](const OutMessage &m, Wire &w) { w.push(3 - m.seq, chunk_of(m, 0, m.size)); };
     const int send_tags[4] = {12, 10, 13, 11};
     std::vector<std::vector<uint8_t>> src;
-    for (int i = 0; i < 4; ++i) src.push_back(bytes(100 * static_cast<size_t>(i + 1), static_cast<uint8_t>(i * 50)));
+    for (int i = 0; i < 4; ++i)
+        src.push_back(bytes(100 * static_cast<size_t>(i + 1), static_cast<uint8_t>(i * 50)));
     std::vector<Request *> sends;
-    for (int i = 0; i < 4; ++i) sends.push_back(must_isend(L.send, src[i].data(), src[i].size(), send_tags[i]));
+    for (int i = 0; i < 4; ++i)
+        sends.push_back(must_isend(L.send, src[i].data(), src[i].size(), send_tags[i]));
 
     std::vector<std::vector<uint8_t>> dst(4, std::vector<uint8_t>(512, 0xEE));
     Request *r = must_irecv(L.recv, {dst[0].data(), dst[1].data(), dst[2].data(), dst[3].data()},
@@ -465,7 +477,8 @@ TEST_CASE("multi-recv with equal tags binds buffers in sequence order", "[comm]"
     for (auto &s : src) must_isend(L.send, s.data(), s.size(), 5);
 
     std::vector<std::vector<uint8_t>> dst(3, std::vector<uint8_t>(64, 0));
-    Request *r = must_irecv(L.recv, {dst[0].data(), dst[1].data(), dst[2].data()}, {64, 64, 64}, {5, 5, 5});
+    Request *r =
+        must_irecv(L.recv, {dst[0].data(), dst[1].data(), dst[2].data()}, {64, 64, 64}, {5, 5, 5});
     CHECK_FALSE(done(L.recv, r));
     CHECK(L.w.count(1, Placement::kNotPosted) >= 1);
     CHECK(L.w.count(2, Placement::kNotPosted) >= 1);
@@ -481,7 +494,8 @@ TEST_CASE("multi-recv with equal tags binds buffers in sequence order", "[comm]"
     for (size_t i = 0; i < 3; ++i) CHECK(starts_with(dst[i], src[i]));
 }
 
-TEST_CASE("multi-recv with some equal tags: first free buffer of the tag, in sequence order", "[comm]")
+TEST_CASE("multi-recv with some equal tags: first free buffer of the tag, in sequence order",
+          "[comm]")
 {
     Link L;
     L.w.set_streams(3);
@@ -490,7 +504,8 @@ TEST_CASE("multi-recv with some equal tags: first free buffer of the tag, in seq
     const int tags[3] = {8, 7, 7};
     for (size_t i = 0; i < 3; ++i) must_isend(L.send, src[i].data(), src[i].size(), tags[i]);
     std::vector<std::vector<uint8_t>> dst(3, std::vector<uint8_t>(40, 0));
-    Request *r = must_irecv(L.recv, {dst[0].data(), dst[1].data(), dst[2].data()}, {40, 40, 40}, {7, 7, 8});
+    Request *r =
+        must_irecv(L.recv, {dst[0].data(), dst[1].data(), dst[2].data()}, {40, 40, 40}, {7, 7, 8});
     int sizes[3] = {-1, -1, -1};
     REQUIRE(done(L.recv, r, sizes));
     CHECK(sizes[0] == 22);
@@ -686,7 +701,8 @@ TEST_CASE("zero-byte messages complete", "[comm]")
         must_isend(L.send, &none, 0, 1);
         must_isend(L.send, five.data(), 5, 1);
         must_isend(L.send, &none, 0, 1);
-        Request *r = must_irecv(L.recv, {dst[0].data(), dst[1].data(), dst[2].data()}, {16, 16, 16}, {1, 1, 1});
+        Request *r = must_irecv(L.recv, {dst[0].data(), dst[1].data(), dst[2].data()}, {16, 16, 16},
+                                {1, 1, 1});
         int sizes[3] = {-1, -1, -1};
         REQUIRE(done(L.recv, r, sizes));
         CHECK(sizes[0] == 0);
@@ -726,6 +742,18 @@ TEST_CASE("send-side failures", "[comm]")
         Request *s = must_isend(L.send, &byte, 1, 0);
         L.w.send_status.peer_closed = true;
         CHECK(test_error(L.send, s) == -ECONNRESET);
+    }
+    SECTION("the peer closing with nothing outstanding fails only the next isend")
+    {
+        Request *s = must_isend(L.send, &byte, 1, 0);
+        L.w.ack_to_sender = 1;
+        REQUIRE(done(L.send, s));
+        L.w.send_status.peer_closed = true;
+        L.send.on_ready(); // the engine's progress call sees the orderly close
+        Request *extra = reinterpret_cast<Request *>(&byte);
+        CHECK(L.send.isend(&byte, 1, 0, &extra) == -ECONNRESET);
+        CHECK(extra == nullptr);
+        CHECK(L.w.posted.size() == 1);
     }
     SECTION("a message over kMaxMessageBytes is -EMSGSIZE and nothing else")
     {
@@ -868,7 +896,8 @@ TEST_CASE("stress: 2000 random messages, random chunks, streams, interleaving an
         cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
         std::vector<Frame> frames;
         if (m.size == 0) frames.push_back(chunk_of(m, 0, 0));
-        for (size_t i = 0; i + 1 < cuts.size(); ++i) frames.push_back(chunk_of(m, cuts[i], cuts[i + 1] - cuts[i]));
+        for (size_t i = 0; i + 1 < cuts.size(); ++i)
+            frames.push_back(chunk_of(m, cuts[i], cuts[i + 1] - cuts[i]));
         std::shuffle(frames.begin(), frames.end(), rng);
         for (Frame &f : frames) w.push(below(kStreams), std::move(f));
     };
@@ -902,7 +931,8 @@ TEST_CASE("stress: 2000 random messages, random chunks, streams, interleaving an
             std::vector<uint8_t> &d = send_data[static_cast<size_t>(next_send)];
             if (d.size() != m.size) {
                 d.resize(m.size);
-                for (uint64_t k = 0; k < m.size; ++k) d[k] = pattern(static_cast<uint64_t>(next_send), k);
+                for (uint64_t k = 0; k < m.size; ++k)
+                    d[k] = pattern(static_cast<uint64_t>(next_send), k);
             }
             Request *r = nullptr;
             REQUIRE(L.send.isend(d.data(), d.size(), m.tag, &r) == 0);
@@ -1002,8 +1032,8 @@ TEST_CASE("to_nccl_result maps the errno table", "[abi]")
     CHECK(vigil::to_nccl_result(-EINVAL) == ncclInternalError);
     CHECK(vigil::to_nccl_result(-EMSGSIZE) == ncclInvalidUsage);
     CHECK(vigil::to_nccl_result(-ENOMEM) == ncclSystemError);
-    for (int e : {ECONNRESET, ECONNREFUSED, ECONNABORTED, EHOSTUNREACH, ENETUNREACH, ENETDOWN, EPIPE,
-                  ETIMEDOUT, EPROTO, EBADMSG, EACCES}) {
+    for (int e : {ECONNRESET, ECONNREFUSED, ECONNABORTED, EHOSTUNREACH, ENETUNREACH, ENETDOWN,
+                  EPIPE, ETIMEDOUT, EPROTO, EBADMSG, EACCES}) {
         INFO("errno " << e);
         CHECK(vigil::to_nccl_result(-e) == ncclRemoteError);
     }
@@ -1018,7 +1048,8 @@ TEST_CASE("abi_guard converts exceptions and never lets them escape", "[abi]")
     STATIC_REQUIRE(noexcept(vigil::abi_guard("t", [] { return ncclSuccess; })));
     CHECK(vigil::abi_guard("t", [] { return ncclInProgress; }) == ncclInProgress);
     CHECK(vigil::abi_guard("t", [] { return ncclRemoteError; }) == ncclRemoteError);
-    CHECK(vigil::abi_guard("t", []() -> ncclResult_t { throw std::bad_alloc(); }) == ncclSystemError);
+    CHECK(vigil::abi_guard("t", []() -> ncclResult_t { throw std::bad_alloc(); }) ==
+          ncclSystemError);
     CHECK(vigil::abi_guard("t", []() -> ncclResult_t { throw std::runtime_error("boom"); }) ==
           ncclInternalError);
     CHECK(vigil::abi_guard("t", []() -> ncclResult_t {
@@ -1026,5 +1057,6 @@ TEST_CASE("abi_guard converts exceptions and never lets them escape", "[abi]")
               return static_cast<ncclResult_t>(v.at(3));
           }) == ncclInternalError);
     CHECK(vigil::abi_guard("t", []() -> ncclResult_t { throw 42; }) == ncclInternalError);
-    CHECK(vigil::abi_guard("t", [] { return vigil::to_nccl_result(-ECONNRESET); }) == ncclRemoteError);
+    CHECK(vigil::abi_guard("t", [] { return vigil::to_nccl_result(-ECONNRESET); }) ==
+          ncclRemoteError);
 }

@@ -169,8 +169,8 @@ TEST_CASE("IfaceSelector: bad characters and over-long names are rejected", "[de
 TEST_CASE("select_devices: empty spec skips lo, docker*, virbr* and down interfaces", "[devices]")
 {
     const std::vector<IfaceInfo> ifaces = {
-        iface("lo", "127.0.0.1"),       iface("docker0", "172.17.0.1"),
-        iface("eth0", "10.0.0.1"),      iface("virbr0", "192.168.122.1"),
+        iface("lo", "127.0.0.1"),         iface("docker0", "172.17.0.1"),
+        iface("eth0", "10.0.0.1"),        iface("virbr0", "192.168.122.1"),
         iface("eth1", "10.0.1.1", false), iface("ib0", "10.1.0.1"),
         iface("dockerX", "172.18.0.1"),
     };
@@ -259,12 +259,9 @@ TEST_CASE("select_devices: family selection", "[devices]")
     }
 }
 
-// BUG (net_plugin/devices.h select_devices contract vs devices.cc:112-128): the header
-// promises "One device per interface ..., in the order given", but with an empty family the
-// selection makes two passes (all IPv4 interfaces, then the IPv6-only ones), so an IPv6-only
-// interface listed first ends up after every IPv4 one. Expected {eth0, eth1}, got
-// {eth1, eth0}.
-TEST_CASE("select_devices keeps the interfaces' order with mixed families", "[devices][!shouldfail]")
+// Regression: devices keep the interfaces' order even when an IPv6-only interface comes
+// first (an earlier version listed every IPv4 interface first).
+TEST_CASE("select_devices keeps the interfaces' order with mixed families", "[devices]")
 {
     const std::vector<IfaceInfo> ifaces = {
         iface("eth0", "2001:db8::1"),
@@ -288,4 +285,25 @@ TEST_CASE("list_interfaces enumerates at least loopback", "[devices]")
         have_loopback = have_loopback || i.loopback;
     }
     CHECK(have_loopback);
+}
+
+TEST_CASE("read_sysfs: speed override, default speed, stable guid", "[devices]")
+{
+    Device a;
+    a.name = "lo";
+    vigil::net::read_sysfs(&a, 0);
+    CHECK(a.speed_mbps > 0);
+    CHECK(a.pci_path.empty()); // loopback is virtual
+    Device b;
+    b.name = "lo";
+    vigil::net::read_sysfs(&b, 1234);
+    CHECK(b.speed_mbps == 1234);
+    CHECK(b.guid == a.guid);
+    Device c;
+    c.name = "vigil-no-such-if";
+    vigil::net::read_sysfs(&c, 0);
+    CHECK(c.speed_mbps == 10000);
+    CHECK(c.pci_path.empty());
+    CHECK(c.numa_node == -1);
+    CHECK(c.guid != a.guid);
 }

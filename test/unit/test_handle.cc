@@ -62,7 +62,8 @@ Buf encoded(const ListenHandle &h)
 void reseal(Buf &b)
 {
     const uint32_t sum = vigil::net::fnv1a32(b.data(), kSumOffset);
-    for (int i = 0; i < 4; ++i) b[kSumOffset + static_cast<size_t>(i)] = static_cast<uint8_t>(sum >> (8 * i));
+    for (int i = 0; i < 4; ++i)
+        b[kSumOffset + static_cast<size_t>(i)] = static_cast<uint8_t>(sum >> (8 * i));
 }
 
 // Decodes `b`, which must be rejected; returns the reason.
@@ -102,7 +103,8 @@ TEST_CASE("ListenHandle round trips 1..4 IPv4/IPv6 addresses, dev and nonce", "[
     }
 }
 
-TEST_CASE("ListenHandle layout: magic, version, count, dev little-endian, scratch zeroed", "[handle]")
+TEST_CASE("ListenHandle layout: magic, version, count, dev little-endian, scratch zeroed",
+          "[handle]")
 {
     ListenHandle h = sample_handle(2);
     Buf b;
@@ -272,8 +274,10 @@ TEST_CASE("ListenHandle::decode rejects 100000 random buffers without crashing",
         std::memcpy(b.data(), "VGLH", 4);
         b[4] = 1;
         b[5] = static_cast<uint8_t>(1 + b[5] % 4);
-        if (ListenHandle::decode(b.data(), &out, &why) == 0) ++accepted_with_magic;
-        else if (why.empty()) FAIL("rejected without a reason");
+        if (ListenHandle::decode(b.data(), &out, &why) == 0)
+            ++accepted_with_magic;
+        else if (why.empty())
+            FAIL("rejected without a reason");
     }
     CHECK(accepted == 0);
     CHECK(accepted_with_magic == 0);
@@ -322,6 +326,17 @@ TEST_CASE("ListenHandle::decode of checksum-valid mutations is accepted only in 
     // Both outcomes must have happened, or the loop tested nothing.
     CHECK(accepted > 100);
     CHECK(rejected > 100);
+}
+
+TEST_CASE("fnv1a32 matches the published FNV-1a test vectors", "[handle]")
+{
+    // The checksum is part of the wire format between processes: pin the algorithm.
+    auto h = [](const char *s) {
+        return vigil::net::fnv1a32(reinterpret_cast<const uint8_t *>(s), std::strlen(s));
+    };
+    CHECK(h("") == 0x811c9dc5u);
+    CHECK(h("a") == 0xe40c292cu);
+    CHECK(h("foobar") == 0xbf9cf968u);
 }
 
 TEST_CASE("nonce_equal compares all 16 bytes", "[handle]")

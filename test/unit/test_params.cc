@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -48,11 +49,11 @@ const ParamSpec &spec_named(std::string_view name)
 // the generic tests below cover every row, including rows added later.
 int64_t numeric_member(const vigil::Params &p, std::string_view name)
 {
-#define VIGIL_PARAM_INT(member, suffix, def, lo, hi, doc)                                      \
+#define VIGIL_PARAM_INT(member, suffix, def, lo, hi, doc)                                          \
     if (name == "VIGIL_" suffix) return p.member;
-#define VIGIL_PARAM_BYTES(member, suffix, def, lo, hi, doc)                                    \
+#define VIGIL_PARAM_BYTES(member, suffix, def, lo, hi, doc)                                        \
     if (name == "VIGIL_" suffix) return p.member;
-#define VIGIL_PARAM_BOOL(member, suffix, def, doc)                                             \
+#define VIGIL_PARAM_BOOL(member, suffix, def, doc)                                                 \
     if (name == "VIGIL_" suffix) return p.member ? 1 : 0;
 #define VIGIL_PARAM_STR(member, suffix, def, doc)
 #include "params.def"
@@ -170,9 +171,9 @@ TEST_CASE("Int parameters take no size suffix", "[params]")
 TEST_CASE("Bytes parameters accept K/M/G and KiB/MiB/GiB suffixes", "[params]")
 {
     const std::vector<std::pair<std::string, int64_t>> good = {
-        {"1M", 1048576},    {"1m", 1048576},   {"1MiB", 1048576}, {"1mib", 1048576},
-        {"4K", 4096},       {"64k", 65536},    {"4KiB", 4096},    {"64M", 67108864},
-        {"65536", 65536},   {"0G", -1},        {"1G", -1},        {"1GiB", -1},
+        {"1M", 1048576},  {"1m", 1048576}, {"1MiB", 1048576}, {"1mib", 1048576},
+        {"4K", 4096},     {"64k", 65536},  {"4KiB", 4096},    {"64M", 67108864},
+        {"65536", 65536}, {"0G", -1},      {"1G", -1},        {"1GiB", -1},
     };
     for (const auto &[text, want] : good) {
         const auto l = load({{"VIGIL_CHUNK_BYTES", text}});
@@ -238,7 +239,8 @@ TEST_CASE("Bool parameters accept the documented spellings", "[params]")
 
 TEST_CASE("String parameters are taken verbatim", "[params]")
 {
-    const auto l = load({{"VIGIL_SOCKET_IFNAME", "^=eth0, ib"}, {"VIGIL_SOCKET_FAMILY", "AF_INET6"}});
+    const auto l =
+        load({{"VIGIL_SOCKET_IFNAME", "^=eth0, ib"}, {"VIGIL_SOCKET_FAMILY", "AF_INET6"}});
     CHECK(l.errors.empty());
     CHECK(l.values.socket_ifname == "^=eth0, ib");
     CHECK(l.values.socket_family == "AF_INET6");
@@ -268,7 +270,9 @@ TEST_CASE("unknown VIGIL_* names are reported, other names ignored, set lists wh
 
 TEST_CASE("several bad values give one error each", "[params]")
 {
-    const auto l = load({{"VIGIL_NSTREAMS", "0"}, {"VIGIL_MAX_RECVS", "9"}, {"VIGIL_CHUNK_BYTES", "1T"},
+    const auto l = load({{"VIGIL_NSTREAMS", "0"},
+                         {"VIGIL_MAX_RECVS", "9"},
+                         {"VIGIL_CHUNK_BYTES", "1T"},
                          {"VIGIL_SPEED_MBPS", "100"}});
     REQUIRE(l.errors.size() == 3);
     const std::string all = l.errors[0] + "\n" + l.errors[1] + "\n" + l.errors[2];
@@ -301,7 +305,22 @@ TEST_CASE("params_markdown has a header and one row per spec", "[params]")
         CHECK_THAT(row, Catch::Contains("`" + std::string(specs[i].name) + "`"));
         // Five cells: a '|' inside a doc string would break the table.
         CHECK(std::count(row.begin(), row.end(), '|') == 6);
-        if (is_numeric(specs[i]))
-            CHECK_THAT(row, Catch::Contains(std::to_string(specs[i].max)));
+        if (is_numeric(specs[i])) CHECK_THAT(row, Catch::Contains(std::to_string(specs[i].max)));
     }
+}
+
+TEST_CASE("environment_source reads the process environment", "[params]")
+{
+    REQUIRE(setenv("VIGIL_UNIT_TEST_UNKNOWN", "1", 1) == 0);
+    REQUIRE(setenv("VIGIL_NSTREAMS", "5", 1) == 0);
+    const vigil::ParamSource src = vigil::environment_source();
+    const vigil::ParamLoad l = vigil::load_params(src);
+    unsetenv("VIGIL_UNIT_TEST_UNKNOWN");
+    unsetenv("VIGIL_NSTREAMS");
+    CHECK(std::find(src.names.begin(), src.names.end(), "VIGIL_NSTREAMS") != src.names.end());
+    CHECK(l.values.nstreams == 5);
+    CHECK(std::find(l.unknown.begin(), l.unknown.end(), "VIGIL_UNIT_TEST_UNKNOWN") !=
+          l.unknown.end());
+    REQUIRE(src.lookup != nullptr);
+    CHECK(src.lookup("VIGIL_NSTREAMS") == nullptr); // unset again
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The driver over the network-namespace lab. "main": 4 hosts x 2 ports, ring all-reduce of
+# >= 1 GiB total traffic, exact result. "version V": 2 hosts, all-reduce and multi-recv on
+# the second port through ncclNetPlugin_vV.
+source "$(dirname "$0")/lib.sh"
+need_root_lab
+
+if [[ ${NETLAB:-} == "" ]]; then
+    exec "$NETLAB_SH" run -H "${LAB_HOSTS:-4}" -P 2 -- "$0" "$@"
+fi
+
+case $1 in
+main)
+    out=$(run_ranks 4 --workload allreduce --bytes 64M --iters 3 --check)
+    expect_ok "$out"
+    bytes=$(json_get "$out" bytes)
+    (( bytes >= 1 << 30 )) || fail "only $bytes bytes moved; the main job needs >= 1 GiB"
+    cat "$out"
+    ;;
+version)
+    out=$(run_ranks 2 --api-version "$2" --dev 1 --workload allreduce --bytes 16M --iters 2)
+    expect_ok "$out"
+    out=$(run_ranks 2 --api-version "$2" --dev 1 --workload multirecv --iters 20)
+    expect_ok "$out"
+    ;;
+*) fail "unknown case $1" ;;
+esac
+echo "lab $*: ok"

@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: Apache-2.0
+# Helpers for the driver-based functional tests: run vigil-netbench ranks, check their JSON.
+# Expects NETBENCH_BIN and NETBENCH_PLUGIN (set by meson), and optionally NETLAB (lab name).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NETLAB_SH="$HERE/../../scripts/netlab.sh"
+TMP=$(mktemp -d /tmp/vigil-ft.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# json_get FILE KEY: value of KEY in the last JSON line of FILE.
+json_get() {
+    python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"
+}
+
+# expect_ok FILE: the summary says ok with zero errors.
+expect_ok() {
+    local f=$1
+    [[ -s $f ]] || fail "no output in $f"
+    [[ $(json_get "$f" ok) == True ]] || { cat "$f" >&2; fail "run not ok: $(tail -1 "$f")"; }
+    [[ $(json_get "$f" errors) == 0 ]] || fail "errors: $(tail -1 "$f")"
+}
+
+# run_ranks N HOSTS_OR_EMPTY -- ARGS...: start N ranks (in lab hosts 0..N-1 when NETLAB is set,
+# else on this host) with a fresh rendezvous; rank 0's stdout goes to $TMP/out.<id>.
+# Prints the output file name. Fails when any rank fails.
+RUN_ID=0
+run_ranks() {
+    local n=$1; shift
+    RUN_ID=$((RUN_ID + 1))
+    local rdv="unix:$TMP/rdv.$RUN_ID.sock" out="$TMP/out.$RUN_ID" pids=() r rc=0
+    for ((r = n - 1; r >= 0; r--)); do
+        local cmd=("$NETBENCH_BIN" --plugin "$NETBENCH_PLUGIN" --rank "$r" --nranks "$n" --rendezvous "$rdv" --timeout 240 "$@")
+        if [[ -n ${NETLAB:-} ]]; then cmd=("$NETLAB_SH" exec "$r" -- "${cmd[@]}"); fi
+        if ((r == 0)); then
+            "${cmd[@]}" >"$out" 2>"$out.err.$r" &
+        else
+            "${cmd[@]}" >"$out.rank$r" 2>"$out.err.$r" &
+        fi
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    if ((rc)); then
+        cat "$out" "$out".err.* "$out".rank* >&2 2>/dev/null || true
+        fail "a rank failed: $*"
+    fi
+    echo "$out"
+}
+
+need_root_lab() {
+    if [[ $(id -u) -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
+        echo "SKIP: lab tests need root and network namespaces" >&2
+        exit 77
+    fi
+}
