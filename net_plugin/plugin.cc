@@ -100,7 +100,8 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
     std::string devs;
     for (size_t i = 0; i < st.devices.size(); ++i) {
         const Device &d = st.devices[i];
-        devs += " [" + std::to_string(i) + "] " + d.name + " " + d.addr.to_string() + " " +
+        const std::string addr = d.addr.to_string(); // port 0: print the address alone
+        devs += " [" + std::to_string(i) + "] " + d.name + " " + addr.substr(0, addr.rfind(':')) + " " +
                 std::to_string(d.speed_mbps) + "Mb/s" + (d.pci_path.empty() ? " virtual" : "");
     }
     VLOG_INFO(NCCL_INIT | NCCL_NET, "vigil %s loaded, ncclNet v%d, fabric tcp, %zu devices:%s",

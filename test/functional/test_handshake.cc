@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@
 #include "handle.h"
 #include "log.h"
 #include "plugin.h"
+#include "tcp/tcp_setup.h"
 #include "tcp/wire.h"
 
 namespace vn = vigil::net;
@@ -188,11 +190,12 @@ void connect_pair(Comms &c, Handle &handle, void **sc, void **rc)
 {
     *sc = nullptr;
     *rc = nullptr;
+    const size_t mark = warn_mark();
     const auto deadline = Clock::now() + milliseconds(5000);
     while ((*sc == nullptr || *rc == nullptr) && Clock::now() < deadline) {
         if (*sc == nullptr) {
             int r = vn::connect(0, handle.data(), sc);
-            INFO(dump_since(0));
+            INFO(dump_since(mark));
             REQUIRE(r == 0);
             if (*sc != nullptr) c.sends.push_back(*sc);
         }
@@ -236,6 +239,7 @@ void exchange(void *sc, void *rc, const std::vector<SendSpec> &sends,
 {
     const int n = static_cast<int>(recv_tags.size());
     REQUIRE(capacity.size() == recv_tags.size());
+    const size_t mark = warn_mark();
     constexpr size_t kGuard = 64;
     constexpr uint8_t kFill = 0xee;
     std::vector<std::vector<uint8_t>> src(sends.size()), dst(static_cast<size_t>(n));
@@ -287,7 +291,7 @@ void exchange(void *sc, void *rc, const std::vector<SendSpec> &sends,
         }
         if (!all_done()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    INFO(dump_since(0));
+    INFO(dump_since(mark));
     REQUIRE(all_done());
 
     for (size_t k = 0; k < sends.size(); ++k) {
@@ -568,6 +572,27 @@ TEST_CASE("raw clients sending garbage, a truncated hello or nothing are each re
         CHECK(silent.closed_by_peer(1000));
     }
 
+    SECTION("more silent clients than the listener keeps pending")
+    {
+        constexpr size_t kMax = vn::tcp::TcpListener::kMaxPending;
+        constexpr size_t kExtra = 3;
+        std::vector<std::unique_ptr<RawClient>> flood;
+        for (size_t i = 0; i < kMax + kExtra; ++i) flood.push_back(std::make_unique<RawClient>(ep));
+        const size_t mark = warn_mark();
+        int produced = 0;
+        drive_accept(c.lc, 3000, &produced,
+                     [&] { return count_since(mark, {kRejected}) >= kMax + kExtra; });
+        drive_accept(c.lc, 30, &produced, [] { return false; });
+        INFO(dump_since(mark));
+        CHECK(count_since(mark, {kRejected, "too many connections awaiting their hello"}) == kExtra);
+        CHECK(count_since(mark, {kRejected, "no hello within"}) == kMax);
+        CHECK(warns_since(mark).size() == kMax + kExtra);
+        CHECK(produced == 0);
+        size_t closed = 0;
+        for (auto &cl : flood) closed += cl->closed_by_peer(200) ? 1 : 0;
+        CHECK(closed == kMax + kExtra);
+    }
+
     // Whatever happened, a genuine connect still succeeds and moves data.
     const size_t mark = warn_mark();
     void *sc = nullptr, *rc = nullptr;
@@ -654,6 +679,26 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
         s1.send_all(b1.data(), b1.size());
         expect_rejected(c.lc, s1, "differs from its path's first stream");
         CHECK(produced == 0);
+    }
+    SECTION("positive control: a valid hello dribbled one byte at a time is accepted")
+    {
+        RawClient cl(ep);
+        auto b = hello_bytes(valid_hello(lh, 0x98));
+        void *rc = nullptr;
+        for (size_t i = 0; i < b.size(); ++i) {
+            cl.send_all(b.data() + i, 1);
+            std::this_thread::sleep_for(std::chrono::microseconds(300));
+            REQUIRE(vn::accept(c.lc, &rc) == 0);
+            if (rc != nullptr) c.recvs.push_back(rc);
+            if (i + 1 < b.size()) REQUIRE(rc == nullptr);
+        }
+        const auto deadline = Clock::now() + milliseconds(2000);
+        while (rc == nullptr && Clock::now() < deadline) {
+            REQUIRE(vn::accept(c.lc, &rc) == 0);
+            if (rc != nullptr) c.recvs.push_back(rc);
+            sleep_briefly();
+        }
+        CHECK(rc != nullptr);
     }
     SECTION("positive control: the same raw hello, unedited, is accepted")
     {
@@ -785,4 +830,196 @@ TEST_CASE("multi-recv over the real TCP path binds messages by tag", "[handshake
     // Single receives still work after grouped ones.
     transfer(sc, rc, 12345, 42, 40);
     CHECK(c.close_all() == 0);
+}
+
+// ---- The connector against a hostile listener -------------------------------------------
+
+namespace {
+
+/// A plain listening socket standing in for a peer's listener; the handle names it.
+struct RawServer {
+    int fd = -1;
+    vn::ListenHandle lh;
+    RawServer()
+    {
+        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0);
+        REQUIRE(::listen(fd, 64) == 0);
+        socklen_t len = sizeof(a);
+        REQUIRE(getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0);
+        vn::Endpoint e;
+        REQUIRE(vn::Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&a), &e));
+        lh.dev = 0;
+        for (size_t i = 0; i < lh.nonce.size(); ++i) lh.nonce[i] = static_cast<uint8_t>(0xa0 + i);
+        lh.addrs = {e};
+    }
+    ~RawServer() { ::close(fd); }
+    RawServer(const RawServer &) = delete;
+    RawServer &operator=(const RawServer &) = delete;
+
+    Handle handle() const
+    {
+        Handle h;
+        REQUIRE(lh.encode(h.data()) == 0);
+        return h;
+    }
+};
+
+/// The server side of one connect(): the accepted streams, indexed by their hello's stream.
+struct Accepted {
+    std::vector<int> fds; // fds[i] carries stream i
+    ~Accepted()
+    {
+        for (int f : fds)
+            if (f >= 0) ::close(f);
+    }
+};
+
+/// Calls connect() until every stream said hello to `srv`; checks each hello. The connector
+/// then waits for the answer (sc stays NULL).
+void take_hellos(RawServer &srv, Handle &h, Accepted *acc)
+{
+    const size_t nstreams = static_cast<size_t>(vn::params().nstreams);
+    acc->fds.assign(nstreams, -1);
+    uint64_t conn_id = 0;
+    size_t got = 0;
+    const auto deadline = Clock::now() + milliseconds(2000);
+    while (got < nstreams && Clock::now() < deadline) {
+        void *sc = nullptr;
+        REQUIRE(vn::connect(0, h.data(), &sc) == 0);
+        REQUIRE(sc == nullptr); // nothing answered yet
+        pollfd pfd{srv.fd, POLLIN, 0};
+        if (poll(&pfd, 1, 1) <= 0) continue;
+        int f = ::accept4(srv.fd, nullptr, nullptr, SOCK_CLOEXEC);
+        REQUIRE(f >= 0);
+        timeval tv{1, 0};
+        setsockopt(f, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        std::array<uint8_t, vn::tcp::Hello::kSize> b{};
+        // The connector sends the hello from inside connect(); keep calling it meanwhile.
+        size_t n = 0;
+        while (n < b.size() && Clock::now() < deadline) {
+            void *sc2 = nullptr;
+            REQUIRE(vn::connect(0, h.data(), &sc2) == 0);
+            ssize_t r = ::recv(f, b.data() + n, b.size() - n, MSG_DONTWAIT);
+            if (r > 0) n += static_cast<size_t>(r);
+            else REQUIRE((r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)));
+        }
+        REQUIRE(n == b.size());
+        vn::tcp::Hello hello;
+        const char *bad = hello.decode(b.data());
+        INFO((bad ? bad : "ok"));
+        REQUIRE(bad == nullptr);
+        CHECK(hello.nonce == srv.lh.nonce);
+        CHECK(hello.nstreams == nstreams);
+        CHECK(hello.path_kind == 0);
+        CHECK(hello.reserved == 0);
+        CHECK(hello.conn_id != 0);
+        if (conn_id == 0) conn_id = hello.conn_id;
+        CHECK(hello.conn_id == conn_id); // one path: one conn_id on every stream
+        REQUIRE(hello.stream < nstreams);
+        REQUIRE(acc->fds[hello.stream] == -1); // each stream index once
+        acc->fds[hello.stream] = f;
+        ++got;
+    }
+    REQUIRE(got == nstreams);
+}
+
+/// Calls connect() until it returns non-zero or a comm, or `ms` pass.
+int finish_connect(Handle &h, void **sc, int ms)
+{
+    *sc = nullptr;
+    const auto deadline = Clock::now() + milliseconds(ms);
+    int r = 0;
+    while (r == 0 && *sc == nullptr && Clock::now() < deadline) {
+        r = vn::connect(0, h.data(), sc);
+        sleep_briefly();
+    }
+    return r;
+}
+
+} // namespace
+
+TEST_CASE("connect fails cleanly, with one WARN, against a listener that misbehaves",
+          "[handshake][connector]")
+{
+    Session s;
+    REQUIRE(s.rc == 0);
+    RawServer srv;
+    Handle h = srv.handle();
+    Accepted acc;
+    take_hellos(srv, h, &acc);
+    const size_t mark = warn_mark();
+    void *sc = nullptr;
+    std::array<uint8_t, vn::tcp::AcceptAnswer::kSize> ans{};
+
+    SECTION("the listener closes every stream")
+    {
+        for (int &f : acc.fds) ::close(std::exchange(f, -1));
+        const int r = finish_connect(h, &sc, 2000);
+        INFO(dump_since(mark));
+        CHECK(r == -ECONNREFUSED);
+        CHECK(count_since(mark, {"connect from dev", "listener closed the connection"}) == 1);
+        CHECK(warns_since(mark).size() == 1);
+    }
+    SECTION("the listener closes mid-answer")
+    {
+        vn::tcp::AcceptAnswer::encode(ans.data(), 0);
+        REQUIRE(::send(acc.fds[0], ans.data(), 5, MSG_NOSIGNAL) == 5);
+        for (int &f : acc.fds) ::close(std::exchange(f, -1));
+        const int r = finish_connect(h, &sc, 2000);
+        INFO(dump_since(mark));
+        CHECK(r == -ECONNREFUSED);
+        CHECK(count_since(mark, {"connect from dev", "listener closed the connection"}) == 1);
+        CHECK(warns_since(mark).size() == 1);
+    }
+    SECTION("an answer with a bad magic")
+    {
+        vn::tcp::AcceptAnswer::encode(ans.data(), 0);
+        ans[0] ^= 0xff;
+        REQUIRE(::send(acc.fds[0], ans.data(), ans.size(), MSG_NOSIGNAL) == 8);
+        const int r = finish_connect(h, &sc, 2000);
+        INFO(dump_since(mark));
+        CHECK(r == -EPROTO);
+        CHECK(count_since(mark, {"connect from dev", "malformed answer"}) == 1);
+        CHECK(warns_since(mark).size() == 1);
+    }
+    SECTION("an answer with a non-zero status")
+    {
+        vn::tcp::AcceptAnswer::encode(ans.data(), 1);
+        REQUIRE(::send(acc.fds[0], ans.data(), ans.size(), MSG_NOSIGNAL) == 8);
+        const int r = finish_connect(h, &sc, 2000);
+        INFO(dump_since(mark));
+        CHECK(r == -EPROTO);
+        CHECK(count_since(mark, {"connect from dev", "malformed answer"}) == 1);
+        CHECK(warns_since(mark).size() == 1);
+    }
+    SECTION("no answer at all")
+    {
+        const auto t0 = Clock::now();
+        const int r = finish_connect(h, &sc, 3000);
+        const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+        INFO(dump_since(mark));
+        CHECK(r == -ETIMEDOUT);
+        CHECK(ms < 3000);
+        CHECK(count_since(mark, {"connect from dev", "no answer within"}) == 1);
+        CHECK(warns_since(mark).size() == 1);
+    }
+    SECTION("positive control: a correct answer yields a sendComm")
+    {
+        vn::tcp::AcceptAnswer::encode(ans.data(), 0);
+        REQUIRE(::send(acc.fds[0], ans.data(), ans.size(), MSG_NOSIGNAL) == 8);
+        const int r = finish_connect(h, &sc, 2000);
+        INFO(dump_since(mark));
+        CHECK(r == 0);
+        REQUIRE(sc != nullptr);
+        CHECK(warns_since(mark).empty());
+        CHECK(vn::close_send(sc) == 0);
+        sc = nullptr;
+    }
+    CHECK(sc == nullptr);
+    CHECK(scratch_is_zero(h)); // a finished connect (either way) releases its retry state
 }

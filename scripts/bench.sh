@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Side-by-side benchmark (not a test): the plugin's unidirectional bandwidth at 4 MiB and
+# 16 MiB messages against iperf3 with the same number of streams, on loopback and on a lab
+# link, and its small-message latency against sockperf ping-pong, alternating the tools
+# ROUNDS times and reporting medians and ratios. Targets: >= 0.95x iperf3, <= 1.3x sockperf.
+# Needs root for the lab part. Usage: scripts/bench.sh [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+ROUNDS=${1:-3}
+SECS=${SECS:-4}
+STREAMS=${VIGIL_NSTREAMS:-2}
+export VIGIL_NSTREAMS=$STREAMS
+bin=$PWD/build/test/netbench/vigil-netbench
+plugin=$PWD/build/net_plugin/libnccl-net-vigil.so
+tmp=$(mktemp -d /tmp/vigil-bench.XXXXXX)
+trap 'rm -rf "$tmp"; pkill -f "iperf3 -s -p 52" 2>/dev/null || true; pkill -f "sockperf server" 2>/dev/null || true' EXIT
+
+# run_in WHERE CMD...: WHERE is "local" or a lab host index.
+run_in() { local w=$1; shift; if [[ $w == local ]]; then "$@"; else scripts/netlab.sh exec "$w" -- "$@"; fi; }
+median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+jget() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
+
+# vigil_bw SRV_WHERE CLI_WHERE IFNAME BYTES -> GB/s (rank 0 = sender in CLI_WHERE)
+vigil_bw() {
+    local rdv="unix:$tmp/rdv.$RANDOM.sock" iters
+    iters=$(( (SECS * 3 * 1000000000) / $4 ))   # ~SECS at 3 GB/s
+    VIGIL_SOCKET_IFNAME="=$3" run_in "$1" "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
+        --workload bandwidth --bytes "$4" --iters "$iters" >/dev/null &
+    VIGIL_SOCKET_IFNAME="=$3" run_in "$2" "$bin" --plugin "$plugin" --rank 0 --nranks 2 --rendezvous "$rdv" \
+        --workload bandwidth --bytes "$4" --iters "$iters" >"$tmp/vb.json"
+    wait
+    jget "$tmp/vb.json" gbps
+}
+
+# iperf_bw SRV_WHERE CLI_WHERE SRV_ADDR BYTES -> GB/s, same stream count; write size
+# min(BYTES, 1 MiB), iperf3's largest block
+iperf_bw() {
+    local port=$((5200 + RANDOM % 100))
+    run_in "$1" iperf3 -s -p "$port" -1 >/dev/null 2>&1 &
+    sleep 0.3
+    run_in "$2" iperf3 -c "$3" -p "$port" -P "$STREAMS" -t "$SECS" -l "$(( $4 < 1048576 ? $4 : 1048576 ))" -J >"$tmp/ip.json"
+    wait
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/8e9)' "$tmp/ip.json"
+}
+
+vigil_lat() {
+    local rdv="unix:$tmp/rdv.$RANDOM.sock"
+    VIGIL_SOCKET_IFNAME="=$3" run_in "$1" "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
+        --workload latency --bytes 8 --iters 20000 >/dev/null &
+    VIGIL_SOCKET_IFNAME="=$3" run_in "$2" "$bin" --plugin "$plugin" --rank 0 --nranks 2 --rendezvous "$rdv" \
+        --workload latency --bytes 8 --iters 20000 >"$tmp/vl.json"
+    wait
+    jget "$tmp/vl.json" lat_p50_us
+}
+
+sockperf_lat() {
+    local port=$((11000 + RANDOM % 1000))
+    run_in "$1" sockperf server --tcp -i "$3" -p "$port" >/dev/null 2>&1 &
+    local spid=$!
+    sleep 0.3
+    run_in "$2" sockperf ping-pong --tcp -i "$3" -p "$port" -m 14 -t "$SECS" >"$tmp/sp.txt" 2>&1 || true
+    kill "$spid" 2>/dev/null || true; pkill -f "sockperf server" 2>/dev/null || true; wait 2>/dev/null || true
+    # "---> percentile 50.000 =   12.345" (usec, half round trip). 14 B is the smallest
+    # message sockperf sends (its header); vigil sends 8 B.
+    awk '/percentile 50.000/ {print $NF}' "$tmp/sp.txt"
+}
+
+report_bw() { # name vigil-list iperf-list
+    local v i; v=$(median $2); i=$(median $3)
+    printf "%-34s %10.3f %10.3f %8.3f\n" "$1" "$v" "$i" "$(python3 -c "print($v/$i)")"
+}
+
+bench_site() { # label SRV CLI IFNAME SRV_ADDR
+    local label=$1 srv=$2 cli=$3 ifn=$4 addr=$5 size
+    for size in 4194304 16777216; do
+        local vs=() is=()
+        for ((k = 0; k < ROUNDS; k++)); do vs+=("$(vigil_bw "$srv" "$cli" "$ifn" "$size")"); is+=("$(iperf_bw "$srv" "$cli" "$addr" "$size")"); done
+        report_bw "$label bw $((size >> 20)) MiB (GB/s)" "${vs[*]}" "${is[*]}"
+    done
+    local vl=() sl=()
+    for ((k = 0; k < ROUNDS; k++)); do vl+=("$(vigil_lat "$srv" "$cli" "$ifn")"); sl+=("$(sockperf_lat "$srv" "$cli" "$addr")"); done
+    local v s; v=$(median "${vl[@]}"); s=$(median "${sl[@]}")
+    printf "%-34s %10.2f %10.2f %8.3f\n" "$label lat 8 B p50 (us)" "$v" "$s" "$(python3 -c "print($v/$s)")"
+}
+
+if [[ -z ${NETLAB:-} ]]; then
+    echo "# vigil bench: $STREAMS streams, ${SECS}s per measurement, median of $ROUNDS alternating rounds"
+    echo "# $(nproc) cores, $(uname -r), $(iperf3 --version | head -1), $(sockperf --version 2>&1 | grep -o 'sockperf-version[^,]*' | head -1)"
+    printf "%-34s %10s %10s %8s\n" "measurement" "vigil" "reference" "ratio"
+    bench_site loopback local local lo 127.0.0.1
+    if [[ $(id -u) -eq 0 ]]; then
+        exec scripts/netlab.sh run -H 2 -P 1 -- "$0" "$@"
+    fi
+    exit 0
+fi
+bench_site "lab veth" 1 0 eth0 10.77.0.2
