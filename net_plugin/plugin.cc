@@ -165,7 +165,7 @@ int listen(int dev, void *handle, void **listen_comm)
     *listen_comm = nullptr;
     const Device *d = device(dev);
     if (d == nullptr || handle == nullptr) {
-        VLOG_WARN("listen on unknown dev %d", dev);
+        VLOG_WARN("listen on dev %d: %s", dev, d == nullptr ? "no such device" : "NULL handle");
         return -EINVAL;
     }
     ListenHandle h;
@@ -181,7 +181,7 @@ int connect(int dev, void *handle, void **send_comm)
     *send_comm = nullptr;
     const Device *d = device(dev);
     if (d == nullptr || handle == nullptr) {
-        VLOG_WARN("connect from unknown dev %d", dev);
+        VLOG_WARN("connect from dev %d: %s", dev, d == nullptr ? "no such device" : "NULL handle");
         return -EINVAL;
     }
     auto *bytes = static_cast<uint8_t *>(handle);

@@ -131,7 +131,15 @@ int TcpListener::take(Pending &p, std::unique_ptr<RecvComm> *out)
 {
     Hello h;
     if (const char *bad = h.decode(p.buf.data()); bad != nullptr) return reject(p, bad), 0;
-    if (!nonce_equal(h.nonce, nonce_)) return reject(p, "wrong nonce"), 0;
+    if (!nonce_equal(h.nonce, nonce_)) {
+        // One WARN per impostor path, not per stream: its other streams carry the same id.
+        if (h.conn_id == last_rejected_conn_) {
+            p.fd.reset();
+            return 0;
+        }
+        last_rejected_conn_ = h.conn_id;
+        return reject(p, "wrong nonce"), 0;
+    }
     Group *g = nullptr;
     for (Group &c : groups_)
         if (c.conn_id == h.conn_id) g = &c;

@@ -34,7 +34,8 @@ public:
     static int create(const Device &dev, int dev_index, const Params &params,
                       ListenHandle *handle, std::unique_ptr<TcpListener> *out);
 
-    /// Accepts, reads hellos, rejects impostors (one WARN each, the listener stays open) and
+    /// Accepts, reads hellos, rejects impostors (one WARN per rejected connection; one per
+    /// path for a wrong nonce; the listener stays open) and
     /// returns 0 with *out set once every stream of one path has arrived; 0 with *out empty
     /// when none is complete yet; -errno when the listening socket itself failed.
     int accept(std::unique_ptr<RecvComm> *out);
@@ -66,6 +67,7 @@ private:
     uint64_t timeout_ns_ = 0;
     std::vector<Pending> pending_;
     std::vector<Group> groups_;
+    uint64_t last_rejected_conn_ = 0; // conn_id of the last path rejected for its nonce
 };
 
 /// The retry state of one NCCL connect(): streams connecting, hellos going out, then the

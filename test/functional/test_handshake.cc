@@ -496,8 +496,9 @@ TEST_CASE("an impostor with a wrong nonce is rejected; the genuine peer still co
     CHECK((crc == -ECONNREFUSED || crc == -ECONNRESET));
     CHECK(produced == 0);
     // The listener: one WARN per connection of the impostor's path (one per stream).
-    CHECK(count_since(mark, {kRejected, "wrong nonce"}) == static_cast<size_t>(nstreams));
-    CHECK(count_since(mark, {kRejected}) == static_cast<size_t>(nstreams));
+    // One WARN for the impostor's path, however many streams it opened.
+    CHECK(count_since(mark, {kRejected, "wrong nonce"}) == 1);
+    CHECK(count_since(mark, {kRejected}) == 1);
     // The connector: exactly one WARN for its failure.
     CHECK(count_since(mark, {"connect from dev", "failed"}) == 1);
     // A failed connect releases its retry state in the handle's scratch.
