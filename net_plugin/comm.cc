@@ -2,10 +2,14 @@
 // Requests, sequencing, ack window and multi-recv matching of one connection.
 #include "comm.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "clock.h"
 #include "log.h"
+
+#include <unistd.h>
 
 namespace vigil::net {
 
@@ -36,6 +40,7 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
 
 int Comm::attach() noexcept
 {
+    ProgressEngine::instance().add_ticker(this);
     std::lock_guard<std::mutex> g(mu_);
     for (size_t i = 0; i < nfds(); ++i) {
         int rc = ProgressEngine::instance().add(fd(i), this);
@@ -49,6 +54,8 @@ int Comm::attach() noexcept
 
 void Comm::detach() noexcept
 {
+    // Before taking mu_: the engine holds its ticker lock only while copying the list.
+    ProgressEngine::instance().remove_ticker(this);
     {
         std::lock_guard<std::mutex> g(mu_);
         detached_ = true;
@@ -73,7 +80,111 @@ void Comm::fail_locked(int err, const std::string &what) noexcept
 
 // ---- SendComm ---------------------------------------------------------------------------
 
-SendComm::SendComm(std::unique_ptr<SendPath> path) : path_(std::move(path)) {}
+namespace {
+
+/// a - b, or 0 when b is later (timestamps taken on different lines may cross).
+uint64_t since(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+const char *host_name()
+{
+    static const std::string name = [] {
+        char h[256] = "?";
+        gethostname(h, sizeof(h) - 1);
+        return std::string(h);
+    }();
+    return name.c_str();
+}
+
+} // namespace
+
+SendComm::SendComm(std::array<std::unique_ptr<SendPath>, kMaxPaths> paths, const FailoverConfig &cfg,
+                   std::unique_ptr<PathRebuilder> rebuilder)
+    : cfg_(cfg), rebuilder_(std::move(rebuilder))
+{
+    const uint64_t now = now_ns();
+    for (int i = 0; i < kMaxPaths; ++i) {
+        if (!paths[i]) continue;
+        slots_[i].desc = paths[i]->describe();
+        slots_[i].path = std::move(paths[i]);
+        slots_[i].alive = true;
+        slots_[i].last_heard_ns = slots_[i].last_sent_ns = slots_[i].up_since_ns = now;
+    }
+    for (Slot &sl : slots_) sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
+}
+
+std::string SendComm::describe() const
+{
+    return slots_[kPrimary].desc;
+}
+
+size_t SendComm::nfds() const noexcept
+{
+    size_t n = 0;
+    for (const Slot &s : slots_)
+        if (s.path) n += s.path->nfds();
+    return n;
+}
+
+int SendComm::fd(size_t i) const noexcept
+{
+    for (const Slot &s : slots_) {
+        if (!s.path) continue;
+        if (i < s.path->nfds()) return s.path->fd(i);
+        i -= s.path->nfds();
+    }
+    return -1;
+}
+
+SendComm::Stats SendComm::stats() noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    return stats_;
+}
+
+int SendComm::active_dev() noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    return slots_[active_].alive ? slots_[active_].path->local_dev() : -1;
+}
+
+void SendComm::fail_path(int slot, const std::string &cause, bool sabotage) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (slot < 0 || slot >= kMaxPaths || !slots_[slot].alive) return;
+    if (sabotage) slots_[slot].path->sabotage();
+    failover_locked(slot, cause);
+    progress_locked();
+}
+
+void SendComm::port_down(int dev, const std::string &cause) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    // The backup first, so a failover never lands on a path that is going down too.
+    for (int i : {kBackup, kPrimary})
+        if (slots_[i].alive && slots_[i].path->local_dev() == dev) failover_locked(i, cause);
+    progress_locked();
+}
+
+void SendComm::port_up(int dev) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    for (Slot &sl : slots_) {
+        if (sl.alive || !sl.path || sl.path->local_dev() != dev) continue;
+        sl.next_rebuild_ns = 0;
+        sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
+    }
+    progress_locked();
+}
+
+void SendComm::post_locked(uint64_t seq) noexcept
+{
+    const size_t i = seq % kMaxInflight;
+    slots_[active_].path->post(OutMessage{seq, tag_[i], static_cast<const uint8_t *>(data_[i]),
+                                          reqs_[i].size});
+}
 
 int SendComm::isend(const void *data, size_t size, int tag, Request **out) noexcept
 {
@@ -81,57 +192,289 @@ int SendComm::isend(const void *data, size_t size, int tag, Request **out) noexc
     std::lock_guard<std::mutex> g(mu_);
     if (int e = error_.load(std::memory_order_relaxed)) return e;
     if (peer_closed_) {
-        fail_locked(-ECONNRESET, path_->describe() + ": isend after the peer closed the connection");
+        fail_locked(-ECONNRESET, describe() + ": isend after the peer closed the connection");
         return error_.load(std::memory_order_relaxed);
     }
     if (size > kMaxMessageBytes) {
         VLOG_WARN("isend of %zu bytes exceeds the %llu-byte message limit (%s)", size,
-                  static_cast<unsigned long long>(kMaxMessageBytes), path_->describe().c_str());
+                  static_cast<unsigned long long>(kMaxMessageBytes), describe().c_str());
         return -EMSGSIZE;
     }
     if (next_seq_ - acked_ >= kMaxInflight) return 0;
-    Request &r = reqs_[next_seq_ % kMaxInflight];
+    const size_t i = next_seq_ % kMaxInflight;
+    Request &r = reqs_[i];
     if (r.state.load(std::memory_order_acquire) != Request::kFree) return 0; // not tested yet
     r.is_send = true;
     r.comm = this;
     r.seq = next_seq_;
     r.size = size;
+    data_[i] = data;
+    tag_[i] = tag;
     r.state.store(Request::kPending, std::memory_order_relaxed);
-    path_->post(OutMessage{next_seq_, tag, static_cast<const uint8_t *>(data), size});
+    // With no live path, or while failback drains the backup, the message waits in the
+    // ring; the switch replays it.
+    if (slots_[active_].alive && !draining_) post_locked(next_seq_);
     ++next_seq_;
     progress_locked();
     *out = &r;
     return 0;
 }
 
+void SendComm::failover_locked(int dead, const std::string &cause) noexcept
+{
+    const uint64_t t0 = now_ns();
+    Slot &d = slots_[dead];
+    d.alive = false;
+    for (size_t k = 0; k < d.path->nfds(); ++k) ProgressEngine::instance().remove(d.path->fd(k));
+    if (dead != active_) {
+        VLOG_WARN("host %s: backup path lost: %s: %s; the connection has no standby now",
+                  host_name(), d.desc.c_str(), cause.c_str());
+        return;
+    }
+    int next = -1;
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (slots_[i].alive) next = i;
+    if (next < 0) {
+        no_path_since_ns_ = t0;
+        VLOG_WARN("host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
+                  host_name(), d.desc.c_str(), cause.c_str(),
+                  static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
+        return;
+    }
+    const uint64_t bytes = switch_to_locked(next);
+    Slot &a = slots_[next];
+    draining_ = false;
+    backup_since_ns_ = t0;
+    ++stats_.failovers;
+    failover_t0_ns_ = t0;
+    failover_probe_seq_ = acked_ + 1;
+    failover_timing_ = next_seq_ > acked_;
+    VLOG_WARN("host %s: failover: %s: %s; now on %s, generation %u, replaying %llu messages "
+              "(seq %llu..%llu, %llu bytes), switch took %.1f us",
+              host_name(), d.desc.c_str(), cause.c_str(), a.desc.c_str(), gen_,
+              static_cast<unsigned long long>(next_seq_ - acked_),
+              static_cast<unsigned long long>(acked_), static_cast<unsigned long long>(next_seq_),
+              static_cast<unsigned long long>(bytes), static_cast<double>(now_ns() - t0) / 1e3);
+}
+
+uint64_t SendComm::switch_to_locked(int slot) noexcept
+{
+    ++gen_;
+    active_ = slot;
+    Slot &a = slots_[slot];
+    a.path->begin(acked_, gen_);
+    uint64_t bytes = 0;
+    for (uint64_t s = acked_; s < next_seq_; ++s) {
+        post_locked(s);
+        bytes += reqs_[s % kMaxInflight].size;
+    }
+    a.last_heard_ns = now_ns(); // the stall clock of the new active path starts now
+    stats_.generation = gen_;
+    stats_.replayed_messages += next_seq_ - acked_;
+    return bytes;
+}
+
+void SendComm::rebuild_locked(uint64_t now) noexcept
+{
+    for (int i = 0; i < kMaxPaths; ++i) {
+        Slot &sl = slots_[i];
+        if (sl.alive || !rebuilder_->can_rebuild(i) || now < sl.next_rebuild_ns) continue;
+        std::unique_ptr<SendPath> p;
+        if (rebuilder_->progress(i, &p) != 0) {
+            sl.next_rebuild_ns = now + sl.backoff_ns;
+            sl.backoff_ns = std::min(sl.backoff_ns * 2, cfg_.rebuild_backoff_max_ns);
+            continue;
+        }
+        if (!p) continue; // attempt in progress
+        if (sl.path)
+            for (size_t k = 0; k < sl.path->nfds(); ++k) ProgressEngine::instance().remove(sl.path->fd(k));
+        sl.path = std::move(p);
+        for (size_t k = 0; k < sl.path->nfds(); ++k) ProgressEngine::instance().add(sl.path->fd(k), this);
+        sl.desc = sl.path->describe();
+        sl.alive = true;
+        sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
+        sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
+        ++stats_.rebuilds;
+        bool other = false;
+        for (int k = 0; k < kMaxPaths; ++k) other = other || (k != i && slots_[k].alive);
+        VLOG_INFO(NCCL_NET, "host %s: path rebuilt: %s%s", host_name(), sl.desc.c_str(),
+                  other ? "" : "; it carries the connection now");
+        if (!other) {
+            const uint64_t bytes = switch_to_locked(i);
+            VLOG_WARN("host %s: connection resumed on %s, generation %u, replaying %llu bytes",
+                      host_name(), sl.desc.c_str(), gen_, static_cast<unsigned long long>(bytes));
+        }
+    }
+    // Failback: a primary that stayed alive for the hold time takes the traffic back, once the
+    // backup stands at a frame boundary.
+    Slot &pri = slots_[kPrimary];
+    if (active_ == kBackup && pri.alive && since(now, pri.up_since_ns) >= cfg_.failback_hold_ns) {
+        draining_ = true;
+        if (!slots_[kBackup].alive || slots_[kBackup].path->idle()) {
+            draining_ = false;
+            const uint64_t bytes = switch_to_locked(kPrimary);
+            ++stats_.failbacks;
+            VLOG_INFO(NCCL_NET, "host %s: failback to %s after %.1f ms on the backup, generation "
+                      "%u, replaying %llu bytes", host_name(), pri.desc.c_str(),
+                      static_cast<double>(since(now, backup_since_ns_)) / 1e6, gen_,
+                      static_cast<unsigned long long>(bytes));
+        }
+    }
+}
+
 void SendComm::progress_locked() noexcept
 {
+    const uint64_t now = now_ns();
     uint64_t ack = acked_;
-    PathStatus st = path_->progress(&ack);
+    for (int i = 0; i < kMaxPaths; ++i) {
+        Slot &s = slots_[i];
+        if (!s.alive) continue;
+        PathStatus st = s.path->progress(&ack);
+        if (st.heard) s.last_heard_ns = now;
+        if (st.error != 0) {
+            failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
+        } else if (st.peer_closed) {
+            // `ack` holds this call's acks: the last ack and the close often arrive together.
+            if (ack < next_seq_) {
+                failover_locked(i, "peer closed the path with sends unacknowledged");
+            } else {
+                peer_closed_ = true; // orderly closeRecv with nothing outstanding
+                s.alive = false;
+                for (size_t k = 0; k < s.path->nfds(); ++k) ProgressEngine::instance().remove(s.path->fd(k));
+            }
+        } else if (st.failover_requested && i != active_ && st.requested_gen == gen_ &&
+                   slots_[active_].alive) {
+            failover_locked(active_, "the receiver saw its port fail");
+        }
+    }
     if (ack > next_seq_) {
-        fail_locked(-EPROTO, path_->describe() + ": ack for seq " + std::to_string(ack) +
+        fail_locked(-EPROTO, describe() + ": ack for seq " + std::to_string(ack) +
                                  " beyond the last sent " + std::to_string(next_seq_));
         return;
     }
     for (uint64_t s = acked_; s < ack; ++s)
         reqs_[s % kMaxInflight].state.store(Request::kDone, std::memory_order_release);
     acked_ = ack;
-    if (st.error != 0) {
-        fail_locked(st.error, path_->describe() + ": " + st.detail);
-    } else if (st.peer_closed && !peer_closed_) {
-        // An orderly close with nothing outstanding is the peer's closeRecv; it only becomes an
-        // error if we still owe or later post a send.
-        peer_closed_ = true;
-        if (acked_ < next_seq_)
-            fail_locked(-ECONNRESET, path_->describe() + ": peer closed the connection with " +
-                                         std::to_string(next_seq_ - acked_) +
-                                         " sends unacknowledged");
+    const uint64_t later = now_ns(); // a failover above may have stamped times after `now`
+    if (failover_timing_ && acked_ >= failover_probe_seq_) {
+        failover_timing_ = false;
+        VLOG_INFO(NCCL_NET, "host %s: first replayed message acknowledged %.1f us after the "
+                  "failure was detected (generation %u, detected at monotonic %.6f s, acked at "
+                  "%.6f s)", host_name(), static_cast<double>(since(later, failover_t0_ns_)) / 1e3,
+                  gen_, static_cast<double>(failover_t0_ns_) / 1e9, static_cast<double>(later) / 1e9);
     }
+    Slot &a = slots_[active_];
+    if (a.alive) {
+        // Stall watchdog: data the receiver has not acked and nothing heard for too long.
+        const uint64_t quiet = since(later, a.last_heard_ns);
+        if (acked_ < next_seq_ && quiet > cfg_.stall_timeout_ns)
+            failover_locked(active_, "stalled: nothing heard for " +
+                                         std::to_string(quiet / 1000000) + " ms with data in flight");
+    }
+    // A standby hears the receiver's heartbeats every probe interval; silence means dead.
+    for (int i = 0; i < kMaxPaths; ++i) {
+        Slot &sb = slots_[i];
+        const uint64_t quiet = since(later, sb.last_heard_ns);
+        if (i != active_ && sb.alive && quiet > cfg_.stall_timeout_ns)
+            failover_locked(i, "silent: no heartbeat for " + std::to_string(quiet / 1000000) + " ms");
+    }
+    for (Slot &s : slots_) {
+        if (s.alive && since(later, s.last_sent_ns) > cfg_.probe_interval_ns) {
+            s.path->probe();
+            s.last_sent_ns = later;
+        }
+    }
+    if (rebuilder_) rebuild_locked(later);
+    bool any = false;
+    for (const Slot &s : slots_) any = any || s.alive;
+    if (any) no_path_since_ns_ = 0;
+    else if (!peer_closed_ && no_path_since_ns_ != 0 && acked_ < next_seq_ &&
+             since(later, no_path_since_ns_) > cfg_.fatal_timeout_ns)
+        fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
+                                     std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");
 }
 
 // ---- RecvComm ---------------------------------------------------------------------------
 
-RecvComm::RecvComm(std::unique_ptr<RecvPath> path) : path_(std::move(path)) {}
+RecvComm::RecvComm(std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths, const FailoverConfig &cfg,
+                   std::unique_ptr<PathAcceptor> acceptor)
+    : cfg_(cfg), acceptor_(std::move(acceptor))
+{
+    const uint64_t now = now_ns();
+    for (int i = 0; i < kMaxPaths; ++i) {
+        if (!paths[i]) continue;
+        paths_[i].desc = paths[i]->describe();
+        paths_[i].path = std::move(paths[i]);
+        paths_[i].alive = true;
+        paths_[i].last_heard_ns = now;
+    }
+}
+
+std::string RecvComm::describe() const
+{
+    return paths_[kPrimary].desc;
+}
+
+uint32_t RecvComm::generation() noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    return gen_;
+}
+
+size_t RecvComm::nfds() const noexcept
+{
+    size_t n = 0;
+    for (const PathSlot &s : paths_)
+        if (s.path) n += s.path->nfds();
+    return n;
+}
+
+int RecvComm::fd(size_t i) const noexcept
+{
+    for (const PathSlot &s : paths_) {
+        if (!s.path) continue;
+        if (i < s.path->nfds()) return s.path->fd(i);
+        i -= s.path->nfds();
+    }
+    return -1;
+}
+
+void RecvComm::fail_path(int slot, const std::string &cause) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (slot < 0 || slot >= kMaxPaths || !paths_[slot].alive) return;
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (i != slot && paths_[i].alive) paths_[i].path->request_failover(gen_);
+    lose_path_locked(slot, cause, false);
+    progress_locked();
+}
+
+void RecvComm::port_down(int dev, const std::string &cause) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    for (int slot = 0; slot < kMaxPaths; ++slot) {
+        if (!paths_[slot].alive || paths_[slot].path->local_dev() != dev) continue;
+        for (int i = 0; i < kMaxPaths; ++i)
+            if (i != slot && paths_[i].alive && paths_[i].path->local_dev() != dev)
+                paths_[i].path->request_failover(gen_);
+        lose_path_locked(slot, cause, false);
+    }
+    progress_locked();
+}
+
+void RecvComm::lose_path_locked(int i, const std::string &why, bool orderly) noexcept
+{
+    PathSlot &p = paths_[i];
+    p.alive = false;
+    p.orderly = orderly;
+    for (size_t k = 0; k < p.path->nfds(); ++k) ProgressEngine::instance().remove(p.path->fd(k));
+    bool any = false;
+    for (const PathSlot &s : paths_) any = any || s.alive;
+    if (!orderly)
+        VLOG_WARN("host %s: path lost: %s: %s%s", host_name(), p.desc.c_str(), why.c_str(),
+                  any ? "; the connection goes on over its other path" : "; no path left");
+    if (!any) no_path_since_ns_ = now_ns();
+}
 
 int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *tags,
                     Request **out) noexcept
@@ -144,7 +487,7 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
     std::lock_guard<std::mutex> g(mu_);
     if (int e = error_.load(std::memory_order_relaxed)) return e;
     if (peer_closed_) {
-        fail_locked(-ECONNRESET, path_->describe() + ": irecv after the peer closed the connection");
+        fail_locked(-ECONNRESET, describe() + ": irecv after the peer closed the connection");
         return error_.load(std::memory_order_relaxed);
     }
     if (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > kMaxInflight) return 0;
@@ -178,21 +521,87 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
 
 void RecvComm::progress_locked() noexcept
 {
-    PathStatus st = path_->progress(*this);
-    if (st.error != 0) {
-        fail_locked(st.error, path_->describe() + ": " + st.detail);
-    } else if (st.peer_closed && !peer_closed_) {
+    const uint64_t now = now_ns();
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &p = paths_[i];
+        if (!p.alive) continue;
+        if (since(now, p.last_beat_ns) > cfg_.probe_interval_ns) {
+            p.path->heartbeat();
+            p.last_beat_ns = now;
+        }
+        PathStatus st = p.path->progress(*this);
+        if (st.heard) p.last_heard_ns = now;
+        if (st.error == -EMSGSIZE || st.error == -EPROTO) {
+            // The peer broke the protocol: no other path can make this right.
+            fail_locked(st.error, p.desc + ": " + st.detail);
+            return;
+        }
+        if (st.error != 0) lose_path_locked(i, st.detail + " (" + strerror(-st.error) + ")", false);
+        else if (st.peer_closed) lose_path_locked(i, "peer closed the path", true);
+        else if (next_post_seq_ > floor_ && since(now_ns(), p.last_heard_ns) > cfg_.stall_timeout_ns)
+            // The sender probes quiet paths every probe interval: with receives pending,
+            // silence this long means the path (or the peer) is gone.
+            lose_path_locked(i, "silent: nothing heard for " +
+                                    std::to_string(since(now_ns(), p.last_heard_ns) / 1000000) +
+                                    " ms with receives pending", false);
+    }
+    // Paths the sender rebuilt (failback, a lost backup), polled at the engine's tick rate.
+    if (acceptor_ && now >= next_accept_poll_ns_) {
+        next_accept_poll_ns_ = now + ProgressEngine::kTickNs;
+        std::unique_ptr<RecvPath> np;
+        int slot = -1;
+        acceptor_->poll(&np, &slot);
+        if (np && slot >= 0 && slot < kMaxPaths) {
+            PathSlot &ps = paths_[slot];
+            if (ps.path)
+                for (size_t k = 0; k < ps.path->nfds(); ++k) ProgressEngine::instance().remove(ps.path->fd(k));
+            ps.path = std::move(np);
+            for (size_t k = 0; k < ps.path->nfds(); ++k) ProgressEngine::instance().add(ps.path->fd(k), this);
+            ps.desc = ps.path->describe();
+            ps.alive = true;
+            ps.orderly = false;
+            ps.last_heard_ns = ps.last_beat_ns = now;
+            ps.path->ack(floor_, gen_);
+            VLOG_INFO(NCCL_NET, "host %s: path rebuilt by the peer: %s", host_name(), ps.desc.c_str());
+        }
+    }
+    bool any = false, all_orderly = true;
+    for (const PathSlot &p : paths_) {
+        if (!p.path) continue;
+        any = any || p.alive;
+        all_orderly = all_orderly && (p.alive || p.orderly);
+    }
+    if (any) {
+        no_path_since_ns_ = 0;
+        return;
+    }
+    const bool pending = next_post_seq_ > floor_;
+    if (all_orderly && !peer_closed_) {
+        // Every path closed in order: the peer's closeSend.
         peer_closed_ = true;
-        if (next_post_seq_ > floor_)
-            fail_locked(-ECONNRESET, path_->describe() + ": peer closed the connection with " +
+        if (pending)
+            fail_locked(-ECONNRESET, describe() + ": peer closed the connection with " +
                                          std::to_string(next_post_seq_ - floor_) +
                                          " receives outstanding");
+    } else if (!all_orderly && pending && since(now_ns(), no_path_since_ns_) > cfg_.fatal_timeout_ns) {
+        fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
+                                     std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");
     }
 }
 
-Placement RecvComm::locate(uint32_t /*gen*/, uint64_t seq, int32_t tag, uint64_t size)
+Placement RecvComm::locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size)
 {
     Placement p;
+    if (gen < gen_) return p.kind = Placement::kDiscard, p; // stale: its generation was replayed
+    if (gen > gen_) {
+        // The sender failed over and replays every message it has no ack for, whole: forget
+        // partial progress of incomplete messages (their bytes get rewritten identically).
+        gen_ = gen;
+        for (uint64_t s = floor_; s < next_post_seq_; ++s) {
+            Slot &sl = slots_[s % kMaxInflight];
+            if (!sl.complete) sl.got = 0;
+        }
+    }
     if (seq < floor_) return p.kind = Placement::kDiscard, p; // replay of a completed message
     if (seq - floor_ >= kMaxInflight) {
         p.kind = Placement::kError;
@@ -234,8 +643,14 @@ Placement RecvComm::locate(uint32_t /*gen*/, uint64_t seq, int32_t tag, uint64_t
     return p;
 }
 
-int RecvComm::landed(uint64_t seq, uint64_t len)
+bool RecvComm::still_wanted(uint32_t gen, uint64_t seq)
 {
+    return gen == gen_ && seq >= floor_ && seq < next_post_seq_ && !slots_[seq % kMaxInflight].complete;
+}
+
+int RecvComm::landed(uint64_t seq, uint64_t len, uint32_t gen)
+{
+    if (!still_wanted(gen, seq)) return 0; // a frame overtaken by a newer generation
     Slot &s = slots_[seq % kMaxInflight];
     Request *r = s.req;
     s.got += len;
@@ -246,7 +661,9 @@ int RecvComm::landed(uint64_t seq, uint64_t len)
     const uint64_t old = floor_;
     while (floor_ < next_post_seq_ && slots_[floor_ % kMaxInflight].complete)
         slots_[floor_++ % kMaxInflight] = Slot{};
-    if (floor_ != old) path_->ack(floor_);
+    if (floor_ != old)
+        for (PathSlot &p : paths_)
+            if (p.alive) p.path->ack(floor_, gen_);
     return 0;
 }
 

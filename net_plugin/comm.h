@@ -85,43 +85,149 @@ protected:
     bool detached_ = false;
 };
 
-/// NCCL's sendComm. Owns its path. Sends complete in sequence order as acks arrive.
+/// Path slots of a connection: the primary on the comm's own device and the hot-standby
+/// backup on another device.
+inline constexpr int kPrimary = 0;
+inline constexpr int kBackup = 1;
+inline constexpr int kMaxPaths = 2;
+
+/// Failover tuning, from the VIGIL_* table; plain values so unit tests can set them.
+struct FailoverConfig {
+    uint64_t fatal_timeout_ns = 10'000'000'000ull; ///< no path left this long -> error
+    uint64_t stall_timeout_ns = 2'000'000'000ull;  ///< in flight, nothing heard -> path dead
+    uint64_t probe_interval_ns = 100'000'000ull;   ///< probes/heartbeats on quiet paths
+    uint64_t failback_hold_ns = 1'000'000'000ull;  ///< a rebuilt primary must live this long
+    uint64_t rebuild_backoff_min_ns = 50'000'000ull;   ///< first retry delay of a rebuild
+    uint64_t rebuild_backoff_max_ns = 1'000'000'000ull; ///< retry delay cap (no attempt limit)
+};
+
+/* NCCL's sendComm: failover state machine.
+ *
+ * States of each path slot: Active (carries messages), Standby (connected, probed, carries
+ * nothing), Dead (gone; a rebuild may bring it back). One slot is Active while any is alive.
+ *
+ * Transitions:
+ *   Active --error | port down | stall | receiver's request--> Dead, and a live Standby
+ *       becomes Active: generation += 1, every message not yet acked (seq in
+ *       [acked_, next_seq_)) is posted again on it from its first byte. Completed sends
+ *       never need replay: a send completes only on the receiver's ack (invariant 3).
+ *   Standby --error | silence (no heartbeat for stall_timeout)--> Dead (no traffic moves).
+ *   Dead --rebuild accepted by the peer--> Standby (attempts back off from
+ *       rebuild_backoff_min to _max, without limit); with no slot alive it becomes Active at
+ *       once (generation += 1, replay).
+ *   Failback: a rebuilt primary that stayed alive for failback_hold while the backup is
+ *       Active: new messages wait until the backup has written everything posted to it (a
+ *       frame boundary, so the backup can take over again later), then the primary becomes
+ *       Active with generation += 1 and replays what is not acked; the backup is Standby.
+ *   no slot alive --> requests keep reporting "not done" until fatal_timeout, then every
+ *       pending and later request fails with -ECONNRESET (ncclRemoteError) and one WARN.
+ *
+ * Invariants: acks only ever raise acked_; a message is posted on exactly one live path per
+ * generation; NCCL never sees an error while a slot is alive.
+ */
 class SendComm final : public Comm
 {
 public:
-    explicit SendComm(std::unique_ptr<SendPath> path);
+    /// `paths[kBackup]` may be null (VIGIL_BACKUP=off, or no other device); `rebuilder` may be
+    /// null (dead paths then stay dead).
+    SendComm(std::array<std::unique_ptr<SendPath>, kMaxPaths> paths, const FailoverConfig &cfg,
+             std::unique_ptr<PathRebuilder> rebuilder = nullptr);
 
     /// NCCL's isend(). *out = NULL when kMaxInflight sends are outstanding (NCCL retries).
     /// Returns 0, -EMSGSIZE for size > kMaxMessageBytes, or the connection's error.
     int isend(const void *data, size_t size, int tag, Request **out) noexcept;
 
-    std::string describe() const { return path_->describe(); }
+    /// Failure injection and port events: leave path `slot` now (as if it failed with
+    /// `cause`); with `sabotage` also break its sockets so the peer sees the failure too.
+    /// Thread-safe.
+    void fail_path(int slot, const std::string &cause, bool sabotage) noexcept;
+    /// A local port went down: leave every path of this connection on `dev`. Thread-safe.
+    void port_down(int dev, const std::string &cause) noexcept;
+    /// A local port came back: rebuild dead paths on `dev` now, not after their backoff.
+    void port_up(int dev) noexcept;
+    /// Device of the active path, or -1. Thread-safe.
+    int active_dev() noexcept;
+
+    std::string describe() const;
+
+    /// Counters for tests and logs. Thread-safe reads.
+    struct Stats {
+        uint32_t generation = 1;
+        uint32_t failovers = 0;
+        uint32_t failbacks = 0;
+        uint32_t rebuilds = 0;
+        uint64_t replayed_messages = 0;
+    };
+    Stats stats() noexcept;
 
 private:
-    void progress_locked() noexcept override;
-    size_t nfds() const noexcept override { return path_->nfds(); }
-    int fd(size_t i) const noexcept override { return path_->fd(i); }
+    struct Slot {
+        std::unique_ptr<SendPath> path;
+        bool alive = false;
+        uint64_t last_heard_ns = 0;
+        uint64_t last_sent_ns = 0;
+        uint64_t up_since_ns = 0;
+        uint64_t next_rebuild_ns = 0;
+        uint64_t backoff_ns = 0;
+        std::string desc;
+    };
 
-    std::unique_ptr<SendPath> path_;
+    void progress_locked() noexcept override;
+    size_t nfds() const noexcept override;
+    int fd(size_t i) const noexcept override;
+    void failover_locked(int dead, const std::string &cause) noexcept;
+    /// Makes `slot` Active: generation += 1, replay everything not acked. Returns the
+    /// number of replayed bytes.
+    uint64_t switch_to_locked(int slot) noexcept;
+    void rebuild_locked(uint64_t now) noexcept;
+    void post_locked(uint64_t seq) noexcept;
+
+    std::array<Slot, kMaxPaths> slots_;
+    FailoverConfig cfg_;
+    std::unique_ptr<PathRebuilder> rebuilder_;
+    bool draining_ = false; // failback waits for the backup to reach a frame boundary
+    uint64_t backup_since_ns_ = 0;
+    int active_ = kPrimary;
+    uint32_t gen_ = 1;
     std::array<Request, kMaxInflight> reqs_; // slot seq % kMaxInflight
+    std::array<const void *, kMaxInflight> data_{};
+    std::array<int32_t, kMaxInflight> tag_{};
     uint64_t next_seq_ = 0;
     uint64_t acked_ = 0; // every seq below is held by the receiver
     bool peer_closed_ = false;
+    uint64_t no_path_since_ns_ = 0;
+    Stats stats_;
+    // failover timing: detection time, and the seq whose ack proves the replay landed
+    uint64_t failover_t0_ns_ = 0;
+    uint64_t failover_probe_seq_ = 0;
+    bool failover_timing_ = false;
 };
 
-/// NCCL's recvComm. Owns its path; implements the sink the path places frames through.
+/// NCCL's recvComm. Owns its paths; implements the sink they place frames through.
+/// Frames of an older generation are discarded; the first frame of a newer one resets the
+/// partial progress of every incomplete message (the sender replays them whole) and bytes
+/// of completed messages are never written again (invariant 2).
 class RecvComm final : public Comm, private RecvSink
 {
 public:
-    explicit RecvComm(std::unique_ptr<RecvPath> path);
+    /// `acceptor` (may be null) hands over paths the sender rebuilt.
+    RecvComm(std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths, const FailoverConfig &cfg,
+             std::unique_ptr<PathAcceptor> acceptor = nullptr);
 
     /// NCCL's irecv() with n (1..kMaxRecvs) buffers. *out = NULL when all kMaxRequests
     /// requests or the sequence window are in use (NCCL retries). Returns 0, -EINVAL for a
-    /// bad n or size, or the connection's error.
+    /// bad n, or the connection's error.
     int irecv(int n, void *const *data, const size_t *sizes, const int *tags,
               Request **out) noexcept;
 
-    std::string describe() const { return path_->describe(); }
+    /// The local port of path `slot` failed: ask the sender to leave it (through another
+    /// live path) and stop using it. Thread-safe.
+    void fail_path(int slot, const std::string &cause) noexcept;
+    /// A local port went down: fail_path() for every path on `dev`. Thread-safe.
+    void port_down(int dev, const std::string &cause) noexcept;
+
+    std::string describe() const;
+    uint32_t generation() noexcept;
 
 private:
     struct Slot {
@@ -130,19 +236,34 @@ private:
         uint64_t got = 0;
         bool complete = false;
     };
+    struct PathSlot {
+        std::unique_ptr<RecvPath> path;
+        bool alive = false;
+        bool orderly = false; // ended by the peer's close, not an error
+        uint64_t last_heard_ns = 0;
+        uint64_t last_beat_ns = 0;
+        std::string desc;
+    };
 
     void progress_locked() noexcept override;
-    size_t nfds() const noexcept override { return path_->nfds(); }
-    int fd(size_t i) const noexcept override { return path_->fd(i); }
+    size_t nfds() const noexcept override;
+    int fd(size_t i) const noexcept override;
     Placement locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size) override;
-    int landed(uint64_t seq, uint64_t len) override;
+    bool still_wanted(uint32_t gen, uint64_t seq) override;
+    int landed(uint64_t seq, uint64_t len, uint32_t gen) override;
+    void lose_path_locked(int i, const std::string &why, bool orderly) noexcept;
 
-    std::unique_ptr<RecvPath> path_;
+    std::array<PathSlot, kMaxPaths> paths_;
+    FailoverConfig cfg_;
+    std::unique_ptr<PathAcceptor> acceptor_;
+    uint64_t next_accept_poll_ns_ = 0;
     std::array<Request, kMaxRequests> reqs_;
     std::array<Slot, kMaxInflight> slots_; // slot seq % kMaxInflight
+    uint32_t gen_ = 1;
     uint64_t next_post_seq_ = 0;           // seq the next irecv's first buffer covers
     uint64_t floor_ = 0;                   // every seq below is complete
     bool peer_closed_ = false;
+    uint64_t no_path_since_ns_ = 0;
 };
 
 } // namespace vigil::net

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace vigil::net {
@@ -42,9 +43,15 @@ public:
     /// completed (a replay), kError (-EPROTO, -EMSGSIZE) for a frame that contradicts what
     /// was posted.
     virtual Placement locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size) = 0;
-    /// `len` bytes of message `seq` (located with kPlace) are now in place. Returns 0 or
-    /// -errno (more bytes than the message holds).
-    virtual int landed(uint64_t seq, uint64_t len) = 0;
+    /// True while bytes of a frame of generation `gen` for message `seq` may still be written:
+    /// no newer generation was adopted and the message is not complete. A path asks before
+    /// every payload write and discards the rest of a frame once the answer is false, so a
+    /// buffer is never written after its request was reported done (invariant 2).
+    virtual bool still_wanted(uint32_t gen, uint64_t seq) = 0;
+    /// `len` bytes of message `seq`, from a frame of generation `gen` located with kPlace,
+    /// are now in place. Bytes of a stale generation are not counted. Returns 0 or -errno
+    /// (more bytes than the message holds).
+    virtual int landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
 
 protected:
     ~RecvSink() = default;
@@ -54,6 +61,9 @@ protected:
 struct PathStatus {
     int error = 0;            ///< 0, or -errno of the first fatal error on this path
     bool peer_closed = false; ///< orderly EOF from the peer at a message boundary
+    bool heard = false;       ///< bytes arrived from the peer during this call
+    bool failover_requested = false; ///< send side: the receiver asked to leave this path
+    uint32_t requested_gen = 0;      ///< ... for this generation
     std::string detail;       ///< with error: what happened, for the one WARN line
 };
 
@@ -63,9 +73,20 @@ class SendPath
 {
 public:
     virtual ~SendPath() = default;
+    /// Positions a path that carries nothing yet (a standby taking over) so that the next
+    /// post() is `first_seq` and every frame it writes carries generation `gen`.
+    virtual void begin(uint64_t first_seq, uint32_t gen) = 0;
     /// Queues `m` for transmission after every message posted before it. Never blocks,
-    /// never fails: errors surface from progress().
+    /// never fails: errors surface from progress(). Sequence numbers are dense.
     virtual void post(const OutMessage &m) = 0;
+    /// True when every posted byte has been written (nothing queued or half written).
+    virtual bool idle() const = 0;
+    /// Writes a probe frame when idle(), so the receiver hears a quiet path. Never blocks.
+    virtual void probe() = 0;
+    /// Breaks the path on purpose (fault injection): both ends see it fail.
+    virtual void sabotage() = 0;
+    /// Local NCCL device index this path leaves from.
+    virtual int local_dev() const = 0;
     /// Moves bytes without blocking and collects acks. *acked_seq is raised to the
     /// receiver's cumulative ack (every seq below it is held by the receiver).
     virtual PathStatus progress(uint64_t *acked_seq) = 0;
@@ -84,11 +105,45 @@ public:
     virtual ~RecvPath() = default;
     /// Reads whatever has arrived, placing it through `sink`; queues and flushes acks.
     virtual PathStatus progress(RecvSink &sink) = 0;
-    /// Tells the sender that every seq below `ack_seq` is held. Coalesces; never blocks.
-    virtual void ack(uint64_t ack_seq) = 0;
+    /// Tells the sender that every seq below `ack_seq` is held, as seen at generation `gen`.
+    /// Coalesces; never blocks.
+    virtual void ack(uint64_t ack_seq, uint32_t gen) = 0;
+    /// Asks the sender to leave the path it uses for generation `gen` (sent on this path,
+    /// which must be another one). Never blocks.
+    virtual void request_failover(uint32_t gen) = 0;
+    /// Re-sends the current ack so the sender hears this path even when nothing completes
+    /// (a receiver that has posted nothing must not look like a dead path). Never blocks.
+    virtual void heartbeat() = 0;
+    virtual void sabotage() = 0;
+    virtual int local_dev() const = 0;
     virtual int fd(size_t i) const = 0;
     virtual size_t nfds() const = 0;
     virtual std::string describe() const = 0;
+};
+
+/// Re-establishes the paths of one sending connection after they died (failback and lost
+/// backups). Owned by the SendComm; called only under its lock; never blocks.
+class PathRebuilder
+{
+public:
+    virtual ~PathRebuilder() = default;
+    /// True when slot `slot` (kPrimary/kBackup) has somewhere to be rebuilt to.
+    virtual bool can_rebuild(int slot) const = 0;
+    /// Starts or continues one attempt for `slot`. Returns 0 with *out set when the path is
+    /// up (accepted by the peer), 0 with *out empty while in progress, -errno when this
+    /// attempt failed (the caller backs off and calls again later).
+    virtual int progress(int slot, std::unique_ptr<SendPath> *out) = 0;
+};
+
+/// Hands a receiving connection the paths its peer rebuilt. Owned by the RecvComm; called
+/// only under its lock; never blocks.
+class PathAcceptor
+{
+public:
+    virtual ~PathAcceptor() = default;
+    /// Returns 0 with *out and *slot set when a rebuilt path arrived, 0 with *out empty when
+    /// none did.
+    virtual int poll(std::unique_ptr<RecvPath> *out, int *slot) = 0;
 };
 
 } // namespace vigil::net

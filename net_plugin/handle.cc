@@ -124,6 +124,7 @@ int ListenHandle::encode(uint8_t *out) const
         if (e.family != AF_INET && e.family != AF_INET6) return -EINVAL;
         uint8_t *p = out + kAddrOffset + i * kAddrEntry;
         p[0] = e.family == AF_INET ? 4 : 6;
+        p[1] = i < addr_devs.size() ? addr_devs[i] : static_cast<uint8_t>(i);
         p[2] = static_cast<uint8_t>(e.port >> 8);
         p[3] = static_cast<uint8_t>(e.port);
         std::memcpy(p + 4, e.addr.data(), e.family == AF_INET ? 4 : 16);
@@ -158,7 +159,6 @@ int ListenHandle::decode(const uint8_t *in, ListenHandle *out, std::string *why)
         if (p[0] == 4) e.family = AF_INET;
         else if (p[0] == 6) e.family = AF_INET6;
         else return fail("bad address family");
-        if (p[1] != 0) return fail("non-zero padding");
         e.port = static_cast<uint16_t>((p[2] << 8) | p[3]);
         if (e.port == 0) return fail("zero port");
         const size_t alen = e.family == AF_INET ? 4 : 16;
@@ -166,6 +166,7 @@ int ListenHandle::decode(const uint8_t *in, ListenHandle *out, std::string *why)
         for (size_t k = 4 + alen; k < kAddrEntry; ++k)
             if (p[k] != 0) return fail("non-zero address padding");
         h.addrs.push_back(e);
+        h.addr_devs.push_back(p[1]);
     }
     *out = std::move(h);
     return 0;

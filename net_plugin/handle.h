@@ -31,8 +31,9 @@ struct Endpoint {
 
 /// Decoded listen handle. Layout (little-endian), 128 bytes:
 ///   [0,4) magic "VGLH"  [4] version  [5] address count (1..kMaxAddrs)  [6,8) listener device
-///   [8,24) nonce  [24,104) kMaxAddrs entries of 20 bytes: family code (4|6), 0, port (BE),
-///   16 address bytes; unused entries zero  [104,108) FNV-1a of [0,104)
+///   [8,24) nonce  [24,104) kMaxAddrs entries of 20 bytes: family code (4|6), the listener's
+///   device index of that address, port (BE), 16 address bytes; unused entries zero
+///   [104,108) FNV-1a of [0,104)
 ///   [108,128) scratch owned by the connecting side (connect()'s retry state); not checked.
 struct ListenHandle {
     static constexpr uint32_t kMagic = 0x484c4756; // "VGLH"
@@ -46,6 +47,8 @@ struct ListenHandle {
     uint16_t dev = 0;
     std::array<uint8_t, 16> nonce{};
     std::vector<Endpoint> addrs; ///< [0] is the listener's device; the rest are its other devices
+    std::vector<uint8_t> addr_devs; ///< listener's device index of each address (same length,
+                                    ///< or empty when encoding: then 0, 1, 2, ...)
 
     /// Writes the handle into `out` (kSize bytes; scratch zeroed). Returns 0, or -EINVAL
     /// when addrs is empty or longer than kMaxAddrs.

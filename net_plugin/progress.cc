@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 namespace vigil::net {
@@ -71,6 +72,18 @@ void ProgressEngine::remove(int fd)
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
 }
 
+void ProgressEngine::add_ticker(ProgressClient *client)
+{
+    std::lock_guard<std::mutex> g(tick_mu_);
+    tickers_.push_back(client);
+}
+
+void ProgressEngine::remove_ticker(ProgressClient *client)
+{
+    std::lock_guard<std::mutex> g(tick_mu_);
+    std::erase(tickers_, client);
+}
+
 void ProgressEngine::quiesce()
 {
     if (!running_.load(std::memory_order_acquire) ||
@@ -88,8 +101,10 @@ void ProgressEngine::loop()
 {
     constexpr int kMaxEvents = 64;
     epoll_event events[kMaxEvents];
+    std::vector<ProgressClient *> due;
+    uint64_t next_tick = now_ns() + kTickNs;
     while (running_.load(std::memory_order_acquire)) {
-        int n = epoll_wait(epfd_, events, kMaxEvents, 100);
+        int n = epoll_wait(epfd_, events, kMaxEvents, static_cast<int>(kTickNs / 1000000));
         if (n < 0) {
             if (errno == EINTR) continue;
             VLOG_WARN("progress: epoll_wait failed: %s", strerror(errno));
@@ -108,6 +123,16 @@ void ProgressEngine::loop()
             if (c == last) continue;
             last = c;
             c->on_ready();
+        }
+        if (now_ns() >= next_tick) {
+            next_tick = now_ns() + kTickNs;
+            {
+                std::lock_guard<std::mutex> g(tick_mu_);
+                due = tickers_;
+            }
+            // Safe without the lock: remove_ticker() is followed by quiesce(), which waits
+            // for this iteration to end.
+            for (ProgressClient *c : due) c->on_ready();
         }
         iterations_.fetch_add(1, std::memory_order_acq_rel);
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace vigil::net {
 
@@ -37,6 +38,12 @@ public:
     /// Watches `fd` (readable, writable, hang-up; edge-triggered) for `client`.
     int add(int fd, ProgressClient *client);
     void remove(int fd);
+    /// Calls client->on_ready() every kTickNs as well (timers: watchdogs, probes, fatal
+    /// timeouts). remove_ticker() must precede quiesce() and destruction.
+    void add_ticker(ProgressClient *client);
+    void remove_ticker(ProgressClient *client);
+
+    static constexpr uint64_t kTickNs = 10'000'000; // 10 ms
     /// Returns once no callback for an fd removed before this call can still run: it waits
     /// for the loop iteration in progress (which may hold events fetched before the removal)
     /// to end. Wakes the thread so that takes microseconds, not the epoll timeout.
@@ -46,6 +53,8 @@ private:
     void loop();
 
     std::mutex mu_;
+    std::mutex tick_mu_;
+    std::vector<ProgressClient *> tickers_;
     int epfd_ = -1;
     int wakefd_ = -1;
     std::thread thread_;

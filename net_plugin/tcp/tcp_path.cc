@@ -23,15 +23,50 @@ std::string errno_detail(const char *what, int err)
 
 // ---- send -------------------------------------------------------------------------------
 
-TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, uint32_t gen, size_t chunk_bytes,
-                         std::string desc)
-    : gen_(gen), chunk_(chunk_bytes), desc_(std::move(desc))
+TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, int local_dev, uint32_t gen,
+                         size_t chunk_bytes, std::string desc)
+    : local_dev_(local_dev), gen_(gen), chunk_(chunk_bytes), desc_(std::move(desc))
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
         streams_[i].fd = std::move(fds[i]);
         streams_[i].index = static_cast<uint32_t>(i);
     }
+}
+
+void TcpSendPath::begin(uint64_t first_seq, uint32_t gen)
+{
+    end_seq_ = first_seq;
+    next_first_ = 0;
+    gen_ = gen;
+    for (Stream &s : streams_) s.cur = Cursor{first_seq, 0, false, 0};
+}
+
+bool TcpSendPath::idle() const
+{
+    if (probe_off_ != FrameHeader::kSize) return false;
+    for (const Stream &s : streams_) {
+        Cursor c = s.cur;
+        if (seek(s.index, &c)) return false;
+    }
+    return true;
+}
+
+void TcpSendPath::probe()
+{
+    if (!idle()) return;
+    FrameHeader h;
+    h.gen = gen_;
+    h.seq = kProbeSeq;
+    h.encode(probe_.data());
+    probe_off_ = 0;
+    PathStatus ignored;
+    pump(streams_[0], &ignored); // errors show on the next progress()
+}
+
+void TcpSendPath::sabotage()
+{
+    for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
 }
 
 void TcpSendPath::post(const OutMessage &m)
@@ -77,6 +112,20 @@ void TcpSendPath::frame(const Cursor &c, FrameHeader *h, const uint8_t **payload
 int TcpSendPath::pump(Stream &s, PathStatus *st)
 {
     const uint32_t nstreams = static_cast<uint32_t>(streams_.size());
+    // A probe is only started between frames, so it finishes before stream 0 carries more.
+    while (s.index == 0 && probe_off_ < FrameHeader::kSize) {
+        ssize_t n = send(s.fd.get(), probe_.data() + probe_off_, FrameHeader::kSize - probe_off_,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            probe_off_ += static_cast<size_t>(n);
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        } else if (n < 0 && errno != EINTR) {
+            st->error = -errno;
+            st->detail = errno_detail("probe send failed", errno);
+            return st->error;
+        }
+    }
     for (;;) {
         if (!seek(s.index, &s.cur)) return 0;
         // Gather the current frame (from where it stopped) and following small frames.
@@ -148,8 +197,15 @@ int TcpSendPath::read_acks(uint64_t *acked_seq, PathStatus *st)
             ack_got_ += static_cast<size_t>(n);
             if (ack_got_ < ackbuf_.size()) continue;
             ack_got_ = 0;
+            st->heard = true;
+            if (get_le(ackbuf_.data(), 4) == FailoverRequest::kMagic) {
+                st->failover_requested = true;
+                st->requested_gen = static_cast<uint32_t>(get_le(ackbuf_.data() + 4, 4));
+                continue;
+            }
+            // Acks of any generation are true statements about what the receiver holds.
             AckFrame a;
-            if (!a.decode(ackbuf_.data()) || a.gen != gen_) {
+            if (!a.decode(ackbuf_.data())) {
                 st->error = -EPROTO;
                 st->detail = "malformed ack from the receiver";
                 return st->error;
@@ -180,8 +236,8 @@ PathStatus TcpSendPath::progress(uint64_t *acked_seq)
 
 // ---- receive ----------------------------------------------------------------------------
 
-TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, uint32_t gen, std::string desc)
-    : gen_(gen), desc_(std::move(desc))
+TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, int local_dev, std::string desc)
+    : local_dev_(local_dev), desc_(std::move(desc))
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -204,9 +260,12 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                 if (!s.have_header) {
                     const char *bad = s.h.decode(s.stage.get() + s.lo, kMaxMessageBytes);
                     if (bad != nullptr) return fail(-EPROTO, bad);
-                    if (s.h.gen != gen_)
-                        return fail(-EPROTO, "frame of generation " + std::to_string(s.h.gen) +
-                                                 " on a path of generation " + std::to_string(gen_));
+                    if (s.h.seq == kProbeSeq) {
+                        if (s.h.size != 0) return fail(-EPROTO, "probe frame with a payload");
+                        s.lo += FrameHeader::kSize;
+                        moved = true;
+                        continue;
+                    }
                     s.have_header = true;
                 }
                 Placement p = sink.locate(s.h.gen, s.h.seq, s.h.tag, s.h.size);
@@ -240,6 +299,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                 if (n > 0) {
                     s.hi += static_cast<size_t>(n);
                     moved = true;
+                    st->heard = true;
                     continue;
                 }
                 if (n == 0) {
@@ -252,6 +312,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
             }
         }
         // kPayload
+        if (s.remaining > 0 && !s.discard && !sink.still_wanted(s.h.gen, s.h.seq)) s.discard = true;
         if (s.remaining > 0) {
             if (s.hi > s.lo) {
                 const size_t k = static_cast<size_t>(std::min<uint64_t>(s.hi - s.lo, s.remaining));
@@ -277,6 +338,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                 ssize_t n = recv(s.fd.get(), to, want, MSG_DONTWAIT);
                 if (n > 0) {
                     moved = true;
+                    st->heard = true;
                     if (to == s.dest) {
                         s.dest += n;
                         s.remaining -= static_cast<uint64_t>(n);
@@ -300,7 +362,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
             s.state = Stream::kHeader;
             moved = true;
             if (!s.discard) {
-                if (int rc = sink.landed(s.h.seq, s.h.len); rc != 0)
+                if (int rc = sink.landed(s.h.seq, s.h.len, s.h.gen); rc != 0)
                     return fail(rc, "frame seq " + std::to_string(s.h.seq) +
                                         " carries more bytes than its message");
             }
@@ -308,13 +370,27 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
     }
 }
 
+void TcpRecvPath::sabotage()
+{
+    for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
+}
+
 void TcpRecvPath::flush_ack(PathStatus *st)
 {
     for (;;) {
         if (ackout_off_ == AckFrame::kSize) {
-            if (pending_ack_ == sent_ack_) return;
-            AckFrame{gen_, pending_ack_}.encode(ackout_.data());
-            sent_ack_ = pending_ack_;
+            if (failover_pending_) {
+                put_le(ackout_.data(), FailoverRequest::kMagic, 4);
+                put_le(ackout_.data() + 4, failover_gen_, 4);
+                put_le(ackout_.data() + 8, sent_ack_, 8);
+                failover_pending_ = false;
+            } else if (pending_ack_ != sent_ack_ || heartbeat_pending_) {
+                AckFrame{ack_gen_, pending_ack_}.encode(ackout_.data());
+                sent_ack_ = pending_ack_;
+                heartbeat_pending_ = false;
+            } else {
+                return;
+            }
             ackout_off_ = 0;
         }
         ssize_t n = send(streams_[0].fd.get(), ackout_.data() + ackout_off_,

@@ -22,10 +22,17 @@ namespace vigil::net::tcp {
 class TcpSendPath final : public SendPath
 {
 public:
-    /// Takes ownership of the connected, non-blocking stream sockets (stream i = fds[i]).
-    TcpSendPath(std::vector<UniqueFd> fds, uint32_t gen, size_t chunk_bytes, std::string desc);
+    /// Takes ownership of the connected, non-blocking stream sockets (stream i = fds[i])
+    /// leaving from NCCL device `local_dev`.
+    TcpSendPath(std::vector<UniqueFd> fds, int local_dev, uint32_t gen, size_t chunk_bytes,
+                std::string desc);
 
+    void begin(uint64_t first_seq, uint32_t gen) override;
     void post(const OutMessage &m) override;
+    bool idle() const override;
+    void probe() override;
+    void sabotage() override;
+    int local_dev() const override { return local_dev_; }
     PathStatus progress(uint64_t *acked_seq) override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
@@ -61,11 +68,14 @@ private:
     std::array<Msg, kMaxInflight> ring_;
     uint64_t end_seq_ = 0; // next seq to be posted
     uint32_t next_first_ = 0;
+    int local_dev_;
     uint32_t gen_;
     size_t chunk_;
     std::string desc_;
     std::array<uint8_t, AckFrame::kSize> ackbuf_{};
     size_t ack_got_ = 0;
+    std::array<uint8_t, FrameHeader::kSize> probe_{};
+    size_t probe_off_ = FrameHeader::kSize; // == kSize: no probe being written
 };
 
 /// Receiving half. Not thread-safe: used under the owning RecvComm's lock.
@@ -74,10 +84,22 @@ private:
 class TcpRecvPath final : public RecvPath
 {
 public:
-    TcpRecvPath(std::vector<UniqueFd> fds, uint32_t gen, std::string desc);
+    TcpRecvPath(std::vector<UniqueFd> fds, int local_dev, std::string desc);
 
     PathStatus progress(RecvSink &sink) override;
-    void ack(uint64_t ack_seq) override { pending_ack_ = ack_seq; }
+    void ack(uint64_t ack_seq, uint32_t gen) override
+    {
+        pending_ack_ = ack_seq;
+        ack_gen_ = gen;
+    }
+    void request_failover(uint32_t gen) override
+    {
+        failover_gen_ = gen;
+        failover_pending_ = true;
+    }
+    void heartbeat() override { heartbeat_pending_ = true; }
+    void sabotage() override;
+    int local_dev() const override { return local_dev_; }
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
     std::string describe() const override { return desc_; }
@@ -105,9 +127,13 @@ private:
     void flush_ack(PathStatus *st);
 
     std::vector<Stream> streams_;
-    uint32_t gen_;
+    int local_dev_;
     std::string desc_;
     uint64_t pending_ack_ = 0, sent_ack_ = 0;
+    uint32_t ack_gen_ = 0;
+    bool failover_pending_ = false;
+    bool heartbeat_pending_ = false;
+    uint32_t failover_gen_ = 0;
     std::array<uint8_t, AckFrame::kSize> ackout_{};
     size_t ackout_off_ = AckFrame::kSize; // == kSize: nothing partially written
 };

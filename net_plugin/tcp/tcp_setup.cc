@@ -2,6 +2,7 @@
 // TCP fabric connection setup: listener (hello validation, nonce check) and connector.
 #include "tcp_setup.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <net/if.h>
@@ -17,6 +18,7 @@ namespace {
 
 constexpr uint32_t kGeneration = 1; // first generation of a primary path
 constexpr uint64_t kRetryNs = 20'000'000; // 20 ms between refused connect attempts
+constexpr uint64_t kRebuildAttemptNs = 300'000'000; // one rebuild attempt, at most
 
 bool transient_connect_error(int err)
 {
@@ -26,75 +28,104 @@ bool transient_connect_error(int err)
 
 } // namespace
 
+FailoverConfig failover_config(const Params &params)
+{
+    FailoverConfig c;
+    c.fatal_timeout_ns = static_cast<uint64_t>(params.fatal_timeout_ms) * 1'000'000ull;
+    c.stall_timeout_ns = static_cast<uint64_t>(params.stall_timeout_ms) * 1'000'000ull;
+    c.probe_interval_ns = static_cast<uint64_t>(params.probe_interval_ms) * 1'000'000ull;
+    c.failback_hold_ns = static_cast<uint64_t>(params.failback_hold_ms) * 1'000'000ull;
+    return c;
+}
+
 // ---- listener ---------------------------------------------------------------------------
 
-int TcpListener::create(const Device &dev, int dev_index, const Params &params,
-                        ListenHandle *handle, std::unique_ptr<TcpListener> *out)
+int TcpListener::create(const std::vector<Device> &devs, int dev_index, const Params &params,
+                        ListenHandle *handle, std::shared_ptr<TcpListener> *out)
 {
-    auto l = std::make_unique<TcpListener>();
-    int fd = make_socket(dev.addr.family);
-    if (fd < 0) return fd;
-    l->fd_.reset(fd);
-    sockaddr_storage ss;
-    Endpoint bind_at = dev.addr;
-    bind_at.port = 0;
-    socklen_t len = bind_at.to_sockaddr(&ss);
-    if (::bind(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 || ::listen(fd, 128) != 0) {
-        int rc = -errno;
-        VLOG_WARN("listen on dev %s %s failed: %s", dev.name.c_str(), bind_at.to_string().c_str(),
-                  strerror(errno));
-        return rc;
+    auto l = std::make_shared<TcpListener>();
+    std::vector<int> order{dev_index};
+    for (int d = 0; d < static_cast<int>(devs.size()); ++d)
+        if (d != dev_index && order.size() < ListenHandle::kMaxAddrs) order.push_back(d);
+    handle->addrs.clear();
+    handle->addr_devs.clear();
+    for (int d : order) {
+        const Device &dev = devs[static_cast<size_t>(d)];
+        int fd = make_socket(dev.addr.family);
+        if (fd < 0) return fd;
+        UniqueFd owned(fd);
+        sockaddr_storage ss;
+        Endpoint bind_at = dev.addr;
+        bind_at.port = 0;
+        socklen_t len = bind_at.to_sockaddr(&ss);
+        if (::bind(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 || ::listen(fd, 128) != 0) {
+            int rc = -errno;
+            if (d == dev_index) {
+                VLOG_WARN("listen on dev %s %s failed: %s", dev.name.c_str(),
+                          bind_at.to_string().c_str(), strerror(errno));
+                return rc;
+            }
+            VLOG_INFO(NCCL_NET, "no backup listener on dev %s: %s", dev.name.c_str(), strerror(errno));
+            continue;
+        }
+        len = sizeof(ss);
+        getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len);
+        Endpoint bound;
+        Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &bound);
+        handle->addrs.push_back(bound);
+        handle->addr_devs.push_back(static_cast<uint8_t>(d));
+        l->listening_.push_back(Listening{std::move(owned), d});
     }
-    len = sizeof(ss);
-    getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len);
-    Endpoint bound;
-    Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &bound);
     if (int rc = random_bytes(l->nonce_.data(), l->nonce_.size()); rc != 0) return rc;
-    l->dev_ = dev;
+    l->devs_ = devs;
     l->timeout_ns_ = static_cast<uint64_t>(params.handshake_timeout_ms) * 1'000'000ull;
+    l->failover_ = failover_config(params);
     handle->dev = static_cast<uint16_t>(dev_index);
     handle->nonce = l->nonce_;
-    handle->addrs = {bound};
     *out = std::move(l);
     return 0;
 }
 
 void TcpListener::reject(Pending &p, const char *why)
 {
-    VLOG_WARN("dev %s: rejected connection from %s: %s; still listening", dev_.name.c_str(),
-              p.peer.to_string().c_str(), why);
+    VLOG_WARN("dev %s: rejected connection from %s: %s; still listening",
+              devs_[static_cast<size_t>(p.dev)].name.c_str(), p.peer.to_string().c_str(), why);
     p.fd.reset();
 }
 
-int TcpListener::accept(std::unique_ptr<RecvComm> *out)
+// Accepts sockets, reads hellos and files them; moves complete rebuilt paths to rebuilt_.
+// Called with mu_ held.
+int TcpListener::pump(uint64_t now)
 {
-    out->reset();
-    const uint64_t now = now_ns();
-    for (;;) {
-        sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        int fd = ::accept4(fd_.get(), reinterpret_cast<sockaddr *>(&ss), &len,
-                           SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-            if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE)
-                break; // transient: try again on the next call
-            int rc = -errno;
-            VLOG_WARN("dev %s: accept failed: %s", dev_.name.c_str(), strerror(errno));
-            return rc;
+    for (Listening &lf : listening_) {
+        for (;;) {
+            sockaddr_storage ss;
+            socklen_t len = sizeof(ss);
+            int fd = ::accept4(lf.fd.get(), reinterpret_cast<sockaddr *>(&ss), &len,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+                    errno == ECONNABORTED || errno == EMFILE || errno == ENFILE)
+                    break; // nothing now, or transient: try again on the next call
+                int rc = -errno;
+                VLOG_WARN("dev %s: accept failed: %s", devs_[static_cast<size_t>(lf.dev)].name.c_str(),
+                          strerror(errno));
+                if (&lf == &listening_.front()) return rc;
+                break; // a backup device's listener failing costs only backups
+            }
+            Pending p;
+            p.fd.reset(fd);
+            p.dev = lf.dev;
+            Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &p.peer);
+            p.deadline_ns = now + timeout_ns_;
+            if (pending_.size() >= kMaxPending) {
+                reject(p, "too many connections awaiting their hello");
+                continue;
+            }
+            pending_.push_back(std::move(p));
         }
-        Pending p;
-        p.fd.reset(fd);
-        Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &p.peer);
-        p.deadline_ns = now + timeout_ns_;
-        if (pending_.size() >= kMaxPending) {
-            reject(p, "too many connections awaiting their hello");
-            continue;
-        }
-        pending_.push_back(std::move(p));
     }
     for (Pending &p : pending_) {
-        if (*out) break; // one path per call; the rest waits for the next call
         while (p.fd && p.got < p.buf.size()) {
             ssize_t n = recv(p.fd.get(), p.buf.data() + p.got, p.buf.size() - p.got, MSG_DONTWAIT);
             if (n > 0) {
@@ -108,16 +139,21 @@ int TcpListener::accept(std::unique_ptr<RecvComm> *out)
                 reject(p, strerror(errno));
             }
         }
-        if (p.fd && p.got == p.buf.size()) {
-            int rc = take(p, out);
-            if (rc != 0) return rc;
-        }
+        if (p.fd && p.got == p.buf.size()) take(p);
     }
     std::erase_if(pending_, [](const Pending &p) { return !p.fd; });
     for (Group &g : groups_) {
-        if (g.conn_id != 0 && now > g.deadline_ns) {
-            VLOG_WARN("dev %s: dropped a path from %s: %zu of %u streams arrived in time",
-                      dev_.name.c_str(), g.peer.to_string().c_str(), g.count, g.nstreams);
+        if (!g.rebuild || g.conn_id == 0) continue;
+        PathFds &pf = g.paths[static_cast<size_t>(g.rebuild_kind)];
+        if (pf.count == g.nstreams) {
+            Rebuilt r;
+            r.conn_id = g.conn_id;
+            r.kind = g.rebuild_kind;
+            r.dev = pf.dev;
+            for (size_t i = 0; i < g.nstreams; ++i) r.fds.push_back(std::move(pf.fds[i]));
+            if (answer(r.fds[0].get())) rebuilt_.push_back(std::move(r));
+            g = Group{};
+        } else if (now > g.deadline_ns) {
             g = Group{};
         }
     }
@@ -125,87 +161,171 @@ int TcpListener::accept(std::unique_ptr<RecvComm> *out)
     return 0;
 }
 
-// Files a stream whose full hello arrived under its path; completes the path when it is the
-// last one. Returns 0, or -errno if the completed comm could not be set up.
-int TcpListener::take(Pending &p, std::unique_ptr<RecvComm> *out)
+bool TcpListener::answer(int fd)
+{
+    std::array<uint8_t, AcceptAnswer::kSize> ans;
+    AcceptAnswer::encode(ans.data(), 0);
+    tune_socket(fd, 0);
+    // A fresh socket's send buffer holds 8 bytes; a short write means the peer is gone.
+    return send(fd, ans.data(), ans.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+           static_cast<ssize_t>(ans.size());
+}
+
+int TcpListener::accept(std::unique_ptr<RecvComm> *out)
+{
+    out->reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t now = now_ns();
+    if (int rc = pump(now); rc != 0) return rc;
+    for (Group &g : groups_) {
+        if (g.conn_id == 0 || g.rebuild) continue;
+        PathFds &pri = g.paths[kPrimary];
+        if (pri.count == g.nstreams) {
+            if (g.primary_done_ns == 0) g.primary_done_ns = now;
+            const bool backup_done = g.paths[kBackup].count == g.nstreams;
+            if (g.npaths == 1 || backup_done || now - g.primary_done_ns > kBackupGraceNs) {
+                if (int rc = complete(g, out); rc != 0) return rc;
+                if (*out) break;
+                continue;
+            }
+        } else if (now > g.deadline_ns) {
+            VLOG_WARN("dev %s: dropped a connection from %s: %zu of %u primary streams arrived "
+                      "in time", devs_[static_cast<size_t>(pri.dev)].name.c_str(),
+                      g.peer.to_string().c_str(), pri.count, g.nstreams);
+            g = Group{};
+        }
+    }
+    std::erase_if(groups_, [](const Group &g) { return g.conn_id == 0; });
+    return 0;
+}
+
+std::unique_ptr<TcpRecvPath> make_recv_path(int kind, const std::string &dev_name, int dev,
+                                            std::vector<UniqueFd> fds);
+
+bool TcpListener::take_rebuilt(uint64_t conn_id, int *kind, std::unique_ptr<RecvPath> *path)
+{
+    std::lock_guard<std::mutex> lock(mu_);
+    pump(now_ns());
+    for (auto it = rebuilt_.begin(); it != rebuilt_.end(); ++it) {
+        if (it->conn_id != conn_id) continue;
+        *kind = it->kind;
+        *path = make_recv_path(it->kind, devs_[static_cast<size_t>(it->dev)].name, it->dev,
+                               std::move(it->fds));
+        rebuilt_.erase(it);
+        return true;
+    }
+    return false;
+}
+
+// Files a stream whose full hello arrived under its connection and path.
+void TcpListener::take(Pending &p)
 {
     Hello h;
-    if (const char *bad = h.decode(p.buf.data()); bad != nullptr) return reject(p, bad), 0;
+    if (const char *bad = h.decode(p.buf.data()); bad != nullptr) return reject(p, bad);
     if (!nonce_equal(h.nonce, nonce_)) {
         // One WARN per impostor path, not per stream: its other streams carry the same id.
-        if (h.conn_id == last_rejected_conn_) {
-            p.fd.reset();
-            return 0;
-        }
+        if (h.conn_id == last_rejected_conn_) return p.fd.reset();
         last_rejected_conn_ = h.conn_id;
-        return reject(p, "wrong nonce"), 0;
+        return reject(p, "wrong nonce");
     }
+    const bool rebuild = hello_rebuild(h.path_kind);
+    if (rebuild && std::find(served_.begin(), served_.end(), h.conn_id) == served_.end())
+        return reject(p, "path rebuild for an unknown connection");
     Group *g = nullptr;
     for (Group &c : groups_)
-        if (c.conn_id == h.conn_id) g = &c;
+        if (c.conn_id == h.conn_id && c.rebuild == rebuild) g = &c;
     if (g == nullptr) {
-        if (groups_.size() >= kMaxGroups) return reject(p, "too many paths being set up"), 0;
+        if (groups_.size() >= kMaxGroups) return reject(p, "too many connections being set up");
         groups_.emplace_back();
         g = &groups_.back();
         g->conn_id = h.conn_id;
         g->nstreams = h.nstreams;
-        g->path_kind = h.path_kind;
+        g->npaths = hello_npaths(h.path_kind);
+        g->rebuild = rebuild;
+        g->rebuild_kind = hello_kind(h.path_kind);
         g->peer = p.peer;
         g->deadline_ns = p.deadline_ns;
     }
-    if (h.nstreams != g->nstreams || h.path_kind != g->path_kind)
-        return reject(p, "stream count or path kind differs from its path's first stream"), 0;
-    if (g->fds[h.stream]) return reject(p, "duplicate stream index"), 0;
-    g->fds[h.stream] = std::move(p.fd);
-    if (++g->count < g->nstreams) return 0;
-    // Every stream is here: answer on stream 0 and hand the path to a new comm.
-    std::array<uint8_t, AcceptAnswer::kSize> ans;
-    AcceptAnswer::encode(ans.data(), 0);
-    std::vector<UniqueFd> fds;
-    for (size_t i = 0; i < g->nstreams; ++i) {
-        tune_socket(g->fds[i].get(), 0);
-        fds.push_back(std::move(g->fds[i]));
+    if (h.nstreams != g->nstreams || hello_npaths(h.path_kind) != g->npaths ||
+        (rebuild && hello_kind(h.path_kind) != g->rebuild_kind))
+        return reject(p, "stream or path count differs from its connection's first stream");
+    PathFds &path = g->paths[static_cast<size_t>(hello_kind(h.path_kind))];
+    if (path.fds[h.stream]) return reject(p, "duplicate stream index");
+    if (path.count > 0 && path.dev != p.dev) return reject(p, "streams of one path on two devices");
+    path.dev = p.dev;
+    path.fds[h.stream] = std::move(p.fd);
+    ++path.count;
+}
+
+std::unique_ptr<TcpRecvPath> make_recv_path(int kind, const std::string &dev_name, int dev,
+                                            std::vector<UniqueFd> fds)
+{
+    std::string desc = std::string(kind == kPrimary ? "primary" : "backup") + " dev " + dev_name +
+                       " " + describe_socket(fds[0].get()) + " (" + std::to_string(fds.size()) +
+                       " streams)";
+    return std::make_unique<TcpRecvPath>(std::move(fds), dev, desc);
+}
+
+// Every wanted stream is here: answer on stream 0 of each complete path and hand the
+// paths to a new comm.
+int TcpListener::complete(Group &g, std::unique_ptr<RecvComm> *out)
+{
+    std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths;
+    for (int k = 0; k < kMaxPaths; ++k) {
+        PathFds &pf = g.paths[static_cast<size_t>(k)];
+        if (pf.count != g.nstreams) continue; // a late backup: dropped, the connector notices
+        std::vector<UniqueFd> fds;
+        for (size_t i = 0; i < g.nstreams; ++i) fds.push_back(std::move(pf.fds[i]));
+        if (!answer(fds[0].get())) {
+            VLOG_WARN("dev %s: could not answer a path from %s: %s",
+                      devs_[static_cast<size_t>(pf.dev)].name.c_str(), g.peer.to_string().c_str(),
+                      strerror(errno));
+            if (k == kPrimary) {
+                g = Group{};
+                return 0;
+            }
+            continue;
+        }
+        paths[static_cast<size_t>(k)] =
+            make_recv_path(k, devs_[static_cast<size_t>(pf.dev)].name, pf.dev, std::move(fds));
     }
-    // A fresh socket's send buffer holds 8 bytes; a short write means the peer is gone.
-    if (send(fds[0].get(), ans.data(), ans.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-        static_cast<ssize_t>(ans.size())) {
-        VLOG_WARN("dev %s: could not answer the path from %s: %s", dev_.name.c_str(),
-                  g->peer.to_string().c_str(), strerror(errno));
-        *g = Group{};
-        return 0;
-    }
-    std::string desc = "dev " + dev_.name + " " + describe_socket(fds[0].get()) + " (" +
-                       std::to_string(fds.size()) + " streams)";
-    *g = Group{};
-    auto path = std::make_unique<TcpRecvPath>(std::move(fds), kGeneration, desc);
-    auto comm = std::make_unique<RecvComm>(std::move(path));
+    const uint64_t conn_id = g.conn_id;
+    g = Group{};
+    served_.push_back(conn_id);
+    std::string desc = paths[kPrimary]->describe() +
+                       (paths[kBackup] ? ", " + paths[kBackup]->describe() : ", no backup");
+    auto comm = std::make_unique<RecvComm>(std::move(paths), failover_,
+                                           std::make_unique<TcpAcceptor>(shared_from_this(), conn_id));
     if (int rc = comm->attach(); rc != 0) return rc;
     VLOG_INFO(NCCL_NET | NCCL_INIT, "accepted %s", desc.c_str());
     *out = std::move(comm);
     return 0;
 }
 
-// ---- connector --------------------------------------------------------------------------
-
-TcpConnector::TcpConnector(const Device &local, const ListenHandle &remote, const Params &params)
-    : local_(local), remote_(remote.addrs[0]),
-      chunk_bytes_(static_cast<size_t>(params.chunk_bytes)),
-      buf_bytes_(static_cast<long>(params.socket_buf_bytes)),
-      connect_deadline_ns_(now_ns() + static_cast<uint64_t>(params.connect_timeout_ms) * 1'000'000ull),
-      handshake_timeout_ns_(static_cast<uint64_t>(params.handshake_timeout_ms) * 1'000'000ull)
+int TcpAcceptor::poll(std::unique_ptr<RecvPath> *out, int *slot)
 {
-    hello_.nstreams = static_cast<uint8_t>(params.nstreams);
-    hello_.nonce = remote.nonce;
-    while (hello_.conn_id == 0) random_bytes(&hello_.conn_id, sizeof(hello_.conn_id));
-    streams_.resize(static_cast<size_t>(params.nstreams));
+    int kind = 0;
+    if (listener_->take_rebuilt(conn_id_, &kind, out)) *slot = kind;
+    return 0;
 }
 
-int TcpConnector::start_connect(Stream &s)
+// ---- connectors -------------------------------------------------------------------------
+
+TcpPathConnector::TcpPathConnector(const Device &local, int local_dev, const Endpoint &remote,
+                                   const Hello &hello, int nstreams, long buf_bytes,
+                                   uint64_t connect_deadline_ns, uint64_t handshake_timeout_ns)
+    : local_(local), local_dev_(local_dev), remote_(remote), hello_(hello), buf_bytes_(buf_bytes),
+      connect_deadline_ns_(connect_deadline_ns), handshake_timeout_ns_(handshake_timeout_ns),
+      streams_(static_cast<size_t>(nstreams))
+{
+}
+
+int TcpPathConnector::start_connect(Stream &st)
 {
     int fd = make_socket(remote_.family);
     if (fd < 0) return fd;
-    s.fd.reset(fd);
-    // Pin the stream to our device: source address, and the interface itself when allowed
+    st.fd.reset(fd);
+    // Pin the stream to its device: source address, and the interface itself when allowed
     // (SO_BINDTODEVICE needs CAP_NET_RAW; without it routing decides the egress port).
     sockaddr_storage ss;
     Endpoint src = local_.addr;
@@ -223,55 +343,59 @@ int TcpConnector::start_connect(Stream &s)
     return 0;
 }
 
-int TcpConnector::progress(std::unique_ptr<SendComm> *out)
+int TcpPathConnector::step(uint64_t now, std::string *why)
 {
-    out->reset();
-    const uint64_t now = now_ns();
-    auto fail = [&](int rc, const std::string &why) {
-        VLOG_WARN("connect from dev %s to %s failed: %s", local_.name.c_str(),
-                  remote_.to_string().c_str(), why.c_str());
-        return rc;
-    };
+    if (done_) return 0;
     bool all_sent = true;
     for (size_t i = 0; i < streams_.size(); ++i) {
-        Stream &s = streams_[i];
-        if (!s.connected) {
-            if (!s.fd) {
-                if (now < s.retry_at_ns) {
+        Stream &st = streams_[i];
+        if (!st.connected) {
+            if (!st.fd) {
+                if (now < st.retry_at_ns) {
                     all_sent = false;
                     continue;
                 }
-                if (int rc = start_connect(s); rc != 0 && !transient_connect_error(-rc))
-                    return fail(rc, strerror(-rc));
+                if (int rc = start_connect(st); rc != 0) {
+                    if (!transient_connect_error(-rc) || now > connect_deadline_ns_)
+                        return *why = strerror(-rc), rc;
+                    st.fd.reset();
+                    st.retry_at_ns = now + kRetryNs;
+                    all_sent = false;
+                    continue;
+                }
             }
-            pollfd pfd{s.fd.get(), POLLOUT, 0};
+            pollfd pfd{st.fd.get(), POLLOUT, 0};
             if (poll(&pfd, 1, 0) <= 0) {
+                if (now > connect_deadline_ns_)
+                    return *why = "connect did not complete in time", -ETIMEDOUT;
                 all_sent = false;
                 continue;
             }
             int err = 0;
             socklen_t len = sizeof(err);
-            getsockopt(s.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+            getsockopt(st.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
             if (err != 0) {
-                if (!transient_connect_error(err)) return fail(-err, strerror(err));
+                if (!transient_connect_error(err)) return *why = strerror(err), -err;
                 if (now > connect_deadline_ns_)
-                    return fail(-err, std::string(strerror(err)) + " until VIGIL_CONNECT_TIMEOUT_MS");
-                s.fd.reset();
-                s.retry_at_ns = now + kRetryNs;
+                    return *why = std::string(strerror(err)) + " until the connect deadline", -err;
+                st.fd.reset();
+                st.retry_at_ns = now + kRetryNs;
                 all_sent = false;
                 continue;
             }
-            s.connected = true;
+            st.connected = true;
         }
-        if (s.hello_sent < Hello::kSize) {
-            hello_.stream = static_cast<uint8_t>(i);
-            hello_.encode(hello_bytes_.data());
-            ssize_t n = send(s.fd.get(), hello_bytes_.data() + s.hello_sent,
-                             Hello::kSize - s.hello_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0) s.hello_sent += static_cast<size_t>(n);
+        if (st.hello_sent < Hello::kSize) {
+            Hello h = hello_;
+            h.stream = static_cast<uint8_t>(i);
+            std::array<uint8_t, Hello::kSize> bytes;
+            h.encode(bytes.data());
+            ssize_t n = send(st.fd.get(), bytes.data() + st.hello_sent, Hello::kSize - st.hello_sent,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) st.hello_sent += static_cast<size_t>(n);
             else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                return fail(-errno, std::string("sending hello: ") + strerror(errno));
-            if (s.hello_sent < Hello::kSize) all_sent = false;
+                return *why = std::string("sending hello: ") + strerror(errno), -errno;
+            if (st.hello_sent < Hello::kSize) all_sent = false;
         }
     }
     if (!all_sent) return 0;
@@ -284,26 +408,154 @@ int TcpConnector::progress(std::unique_ptr<SendComm> *out)
             continue;
         }
         if (n == 0)
-            return fail(-ECONNREFUSED, "the listener closed the connection (hello rejected: "
-                                       "stale handle or wrong nonce?)");
+            return *why = "the listener closed the connection (hello rejected: stale handle or "
+                          "wrong nonce?)",
+                   -ECONNREFUSED;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
             if (now > answer_deadline_ns_)
-                return fail(-ETIMEDOUT, "no answer within VIGIL_HANDSHAKE_TIMEOUT_MS");
+                return *why = "no answer within VIGIL_HANDSHAKE_TIMEOUT_MS", -ETIMEDOUT;
             return 0;
         }
-        if (errno != EINTR) return fail(-errno, strerror(errno));
+        if (errno != EINTR) return *why = strerror(errno), -errno;
     }
     if (get_le(answer_.data(), 4) != AcceptAnswer::kMagic || get_le(answer_.data() + 4, 4) != 0)
-        return fail(-EPROTO, "malformed answer from the listener");
+        return *why = "malformed answer from the listener", -EPROTO;
+    done_ = true;
+    return 0;
+}
+
+std::vector<UniqueFd> TcpPathConnector::take_fds()
+{
     std::vector<UniqueFd> fds;
-    for (Stream &s : streams_) fds.push_back(std::move(s.fd));
-    std::string desc = "dev " + local_.name + " " + describe_socket(fds[0].get()) + " (" +
-                       std::to_string(fds.size()) + " streams)";
-    auto path = std::make_unique<TcpSendPath>(std::move(fds), kGeneration, chunk_bytes_, desc);
-    auto comm = std::make_unique<SendComm>(std::move(path));
-    if (int rc = comm->attach(); rc != 0) return fail(rc, "progress engine registration failed");
+    for (Stream &st : streams_) fds.push_back(std::move(st.fd));
+    return fds;
+}
+
+namespace {
+
+std::unique_ptr<TcpSendPath> make_send_path(int kind, TcpPathConnector &c, int local_dev,
+                                            size_t chunk_bytes)
+{
+    std::vector<UniqueFd> fds = c.take_fds();
+    std::string d = std::string(kind == kPrimary ? "primary" : "backup") + " dev " +
+                    c.local().name + " " + describe_socket(fds[0].get()) + " (" +
+                    std::to_string(fds.size()) + " streams)";
+    return std::make_unique<TcpSendPath>(std::move(fds), local_dev, kGeneration, chunk_bytes, d);
+}
+
+} // namespace
+
+TcpConnector::TcpConnector(const std::vector<Device> &devs, const std::array<PathPlan, kMaxPaths> &plan,
+                           const ListenHandle &remote, const Params &params)
+    : devs_(devs), plan_(plan), nonce_(remote.nonce), params_(params)
+{
+    while (conn_id_ == 0) random_bytes(&conn_id_, sizeof(conn_id_));
+    const uint64_t deadline = now_ns() + static_cast<uint64_t>(params.connect_timeout_ms) * 1'000'000ull;
+    const int npaths = plan[kBackup].local_dev >= 0 ? 2 : 1;
+    for (int k = 0; k < kMaxPaths; ++k) {
+        const PathPlan &pp = plan[static_cast<size_t>(k)];
+        if (pp.local_dev < 0) continue;
+        Hello h;
+        h.nstreams = static_cast<uint8_t>(params.nstreams);
+        h.nonce = nonce_;
+        h.conn_id = conn_id_;
+        h.path_kind = make_path_kind(k, npaths, false);
+        setups_[static_cast<size_t>(k)] = std::make_unique<TcpPathConnector>(
+            devs[static_cast<size_t>(pp.local_dev)], pp.local_dev, pp.remote, h,
+            static_cast<int>(params.nstreams), static_cast<long>(params.socket_buf_bytes), deadline,
+            static_cast<uint64_t>(params.handshake_timeout_ms) * 1'000'000ull);
+    }
+}
+
+int TcpConnector::progress(std::unique_ptr<SendComm> *out)
+{
+    out->reset();
+    const uint64_t now = now_ns();
+    bool pending = false;
+    for (int k = 0; k < kMaxPaths; ++k) {
+        auto &s = setups_[static_cast<size_t>(k)];
+        if (!s || s->done()) continue;
+        std::string why;
+        int rc = s->step(now, &why);
+        if (rc == 0) {
+            pending = pending || !s->done();
+            continue;
+        }
+        if (k == kPrimary) {
+            VLOG_WARN("connect from dev %s to %s failed: %s", s->local().name.c_str(),
+                      s->remote().to_string().c_str(), why.c_str());
+            return rc;
+        }
+        VLOG_WARN("backup path from dev %s to %s not established: %s; the connection runs "
+                  "without a standby until a rebuild succeeds",
+                  s->local().name.c_str(), s->remote().to_string().c_str(), why.c_str());
+        s.reset();
+    }
+    if (pending) return 0;
+    std::array<std::unique_ptr<SendPath>, kMaxPaths> paths;
+    std::string desc;
+    for (int k = 0; k < kMaxPaths; ++k) {
+        auto &s = setups_[static_cast<size_t>(k)];
+        if (!s) continue;
+        paths[static_cast<size_t>(k)] = make_send_path(k, *s, plan_[static_cast<size_t>(k)].local_dev,
+                                                       static_cast<size_t>(params_.chunk_bytes));
+        desc += (desc.empty() ? "" : ", ") + paths[static_cast<size_t>(k)]->describe();
+    }
+    auto comm = std::make_unique<SendComm>(
+        std::move(paths), failover_config(params_),
+        std::make_unique<TcpRebuilder>(devs_, plan_, nonce_, conn_id_, params_));
+    if (int rc = comm->attach(); rc != 0) {
+        VLOG_WARN("connect: progress engine registration failed: %s", strerror(-rc));
+        return rc;
+    }
     VLOG_INFO(NCCL_NET | NCCL_INIT, "connected %s", desc.c_str());
     *out = std::move(comm);
+    return 0;
+}
+
+TcpRebuilder::TcpRebuilder(std::vector<Device> devs, const std::array<PathPlan, kMaxPaths> &plan,
+                           const std::array<uint8_t, 16> &nonce, uint64_t conn_id, const Params &params)
+    : devs_(std::move(devs)), plan_(plan), nonce_(nonce), conn_id_(conn_id), params_(params)
+{
+}
+
+bool TcpRebuilder::can_rebuild(int slot) const
+{
+    return slot >= 0 && slot < kMaxPaths && plan_[static_cast<size_t>(slot)].local_dev >= 0;
+}
+
+int TcpRebuilder::progress(int slot, std::unique_ptr<SendPath> *out)
+{
+    out->reset();
+    if (!can_rebuild(slot)) return -EINVAL;
+    const PathPlan &pp = plan_[static_cast<size_t>(slot)];
+    auto &a = attempts_[static_cast<size_t>(slot)];
+    const uint64_t now = now_ns();
+    if (!a) {
+        Hello h;
+        h.nstreams = static_cast<uint8_t>(params_.nstreams);
+        h.nonce = nonce_;
+        h.conn_id = conn_id_;
+        h.path_kind = make_path_kind(slot, plan_[kBackup].local_dev >= 0 ? 2 : 1, true);
+        // Short attempts: toward a peer whose port is still down a SYN gets no answer, and a
+        // fresh attempt after the repair beats waiting out the SYN retransmission timer.
+        const uint64_t limit = std::min<uint64_t>(
+            static_cast<uint64_t>(params_.handshake_timeout_ms) * 1'000'000ull, kRebuildAttemptNs);
+        a = std::make_unique<TcpPathConnector>(devs_[static_cast<size_t>(pp.local_dev)], pp.local_dev,
+                                               pp.remote, h, static_cast<int>(params_.nstreams),
+                                               static_cast<long>(params_.socket_buf_bytes), now + limit,
+                                               limit);
+    }
+    std::string why;
+    if (int rc = a->step(now, &why); rc != 0) {
+        VLOG_TRACE(NCCL_NET, "rebuild of %s path from dev %s failed: %s",
+                   slot == kPrimary ? "primary" : "backup", a->local().name.c_str(), why.c_str());
+        a.reset();
+        return rc;
+    }
+    if (!a->done()) return 0;
+    *out = make_send_path(slot, *a, pp.local_dev, static_cast<size_t>(params_.chunk_bytes));
+    a.reset();
     return 0;
 }
 

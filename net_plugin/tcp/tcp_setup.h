@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,68 +20,114 @@
 
 namespace vigil::net::tcp {
 
-/// NCCL's listenComm: a listening socket on one device plus the half-open connections that
-/// have not yet proven they hold this listener's nonce. Not thread-safe (NCCL drives one
-/// listenComm from one proxy thread). Bounded: at most kMaxPending sockets awaiting a hello
-/// and kMaxGroups partially connected paths; excess connections are closed with a WARN.
-class TcpListener
+/// NCCL's listenComm: a listening socket on the comm's device and on up to three other
+/// devices (where backup paths arrive), plus the half-open connections that have not yet
+/// proven they hold this listener's nonce. After accept() it stays alive inside the RecvComm
+/// it produced (NCCL closes the listenComm at once), to take that connection's rebuilt
+/// paths. Thread-safe (one internal lock: NCCL's proxy thread and the progress engine may
+/// both drive it). Bounded: at most kMaxPending sockets awaiting a hello and kMaxGroups
+/// partially connected connections; excess connections are closed with a WARN.
+class TcpListener : public std::enable_shared_from_this<TcpListener>
 {
 public:
     static constexpr size_t kMaxPending = 64;
     static constexpr size_t kMaxGroups = 16;
+    /// How long a connection whose primary path is complete waits for its backup.
+    static constexpr uint64_t kBackupGraceNs = 1'000'000'000ull;
 
-    /// Binds and listens on `dev`'s address; fills `handle` (version, address, fresh nonce).
-    /// Returns 0 or -errno.
-    static int create(const Device &dev, int dev_index, const Params &params,
-                      ListenHandle *handle, std::unique_ptr<TcpListener> *out);
+    /// Listens on devs[dev_index] and, for backups, up to ListenHandle::kMaxAddrs - 1 other
+    /// devices; fills `handle` (version, addresses with their device indices, fresh nonce).
+    /// Returns 0 or -errno (only the primary device's socket is required).
+    static int create(const std::vector<Device> &devs, int dev_index, const Params &params,
+                      ListenHandle *handle, std::shared_ptr<TcpListener> *out);
 
     /// Accepts, reads hellos, rejects impostors (one WARN per rejected connection; one per
-    /// path for a wrong nonce; the listener stays open) and
-    /// returns 0 with *out set once every stream of one path has arrived; 0 with *out empty
-    /// when none is complete yet; -errno when the listening socket itself failed.
+    /// path for a wrong nonce; the listener stays open) and returns 0 with *out set once a
+    /// connection's paths have arrived; 0 with *out empty when none is complete yet; -errno
+    /// when the primary listening socket itself failed.
     int accept(std::unique_ptr<RecvComm> *out);
 
+    /// A rebuilt path of connection `conn_id` that arrived complete, if any (*kind is
+    /// kPrimary or kBackup).
+    bool take_rebuilt(uint64_t conn_id, int *kind, std::unique_ptr<RecvPath> *path);
+
 private:
+    struct Listening {
+        UniqueFd fd;
+        int dev = 0;
+    };
     struct Pending {
         UniqueFd fd;
+        int dev = 0;
         Endpoint peer;
         uint64_t deadline_ns = 0;
         std::array<uint8_t, Hello::kSize> buf{};
         size_t got = 0;
     };
+    struct PathFds {
+        std::array<UniqueFd, kMaxStreams> fds;
+        size_t count = 0;
+        int dev = 0;
+    };
     struct Group {
         uint64_t conn_id = 0;
         uint8_t nstreams = 0;
-        uint8_t path_kind = 0;
-        size_t count = 0;
-        std::array<UniqueFd, kMaxStreams> fds;
+        int npaths = 1;
+        bool rebuild = false;
+        int rebuild_kind = 0;
+        std::array<PathFds, kMaxPaths> paths;
         Endpoint peer;
         uint64_t deadline_ns = 0;
+        uint64_t primary_done_ns = 0;
+    };
+    struct Rebuilt {
+        uint64_t conn_id = 0;
+        int kind = 0;
+        int dev = 0;
+        std::vector<UniqueFd> fds;
     };
 
+    int pump(uint64_t now);
     void reject(Pending &p, const char *why);
-    int take(Pending &p, std::unique_ptr<RecvComm> *out);
+    void take(Pending &p);
+    int complete(Group &g, std::unique_ptr<RecvComm> *out);
+    bool answer(int fd);
 
-    UniqueFd fd_;
-    Device dev_;
+    std::mutex mu_;
+    std::vector<Listening> listening_;
+    std::vector<Device> devs_;
     std::array<uint8_t, 16> nonce_{};
     uint64_t timeout_ns_ = 0;
+    FailoverConfig failover_;
     std::vector<Pending> pending_;
     std::vector<Group> groups_;
+    std::vector<uint64_t> served_; // conn_ids of the connections this listener produced
+    std::vector<Rebuilt> rebuilt_;
     uint64_t last_rejected_conn_ = 0; // conn_id of the last path rejected for its nonce
 };
 
-/// The retry state of one NCCL connect(): streams connecting, hellos going out, then the
-/// listener's answer. Not thread-safe (one proxy thread drives one connect).
-class TcpConnector
+/// Where a connection's paths go: the primary from the comm's device to the listener's
+/// address [0]; the optional backup from another local device to one of the listener's
+/// other addresses (chosen by the plugin's VIGIL_BACKUP policy).
+struct PathPlan {
+    int local_dev = -1;  ///< -1: no such path
+    Endpoint remote;
+};
+
+/// Sets up one path: its streams connect (retrying refusals until a deadline), say hello and
+/// wait for the listener's answer. Non-blocking; not thread-safe.
+class TcpPathConnector
 {
 public:
-    TcpConnector(const Device &local, const ListenHandle &remote, const Params &params);
-
-    /// Returns 0 with *out set once connected and accepted; 0 with *out empty while in
-    /// progress; -errno on failure (refused past VIGIL_CONNECT_TIMEOUT_MS, rejected by the
-    /// listener, handshake timeout), after one WARN.
-    int progress(std::unique_ptr<SendComm> *out);
+    TcpPathConnector(const Device &local, int local_dev, const Endpoint &remote, const Hello &hello,
+                     int nstreams, long buf_bytes, uint64_t connect_deadline_ns,
+                     uint64_t handshake_timeout_ns);
+    /// 0 while in progress (done() tells completion), or -errno with *why.
+    int step(uint64_t now, std::string *why);
+    bool done() const { return done_; }
+    std::vector<UniqueFd> take_fds();
+    const Device &local() const { return local_; }
+    const Endpoint &remote() const { return remote_; }
 
 private:
     struct Stream {
@@ -89,20 +136,81 @@ private:
         size_t hello_sent = 0;
         uint64_t retry_at_ns = 0;
     };
-    int start_connect(Stream &s);
+    int start_connect(Stream &st);
 
     Device local_;
+    int local_dev_;
     Endpoint remote_;
     Hello hello_;
-    std::array<uint8_t, Hello::kSize> hello_bytes_{};
-    std::vector<Stream> streams_;
-    size_t chunk_bytes_;
     long buf_bytes_;
     uint64_t connect_deadline_ns_;
     uint64_t handshake_timeout_ns_;
-    uint64_t answer_deadline_ns_ = 0;
+    std::vector<Stream> streams_;
     std::array<uint8_t, AcceptAnswer::kSize> answer_{};
     size_t answer_got_ = 0;
+    uint64_t answer_deadline_ns_ = 0;
+    bool done_ = false;
 };
+
+/// The retry state of one NCCL connect(): the primary and (optionally) the backup path being
+/// set up. Not thread-safe (one proxy thread drives one connect). The connection completes
+/// once the primary is accepted; a backup that cannot be established is dropped with one
+/// WARN and the connection runs without a standby until a rebuild succeeds.
+class TcpConnector
+{
+public:
+    TcpConnector(const std::vector<Device> &devs, const std::array<PathPlan, kMaxPaths> &plan,
+                 const ListenHandle &remote, const Params &params);
+
+    /// Returns 0 with *out set once connected and accepted; 0 with *out empty while in
+    /// progress; -errno on failure (refused past VIGIL_CONNECT_TIMEOUT_MS, rejected by the
+    /// listener, handshake timeout), after one WARN.
+    int progress(std::unique_ptr<SendComm> *out);
+
+private:
+    std::vector<Device> devs_;
+    std::array<PathPlan, kMaxPaths> plan_;
+    std::array<std::unique_ptr<TcpPathConnector>, kMaxPaths> setups_;
+    std::array<uint8_t, 16> nonce_{};
+    uint64_t conn_id_ = 0;
+    Params params_;
+};
+
+/// Rebuilds a sending connection's dead paths to the same remote endpoints: each attempt
+/// is one TcpPathConnector with the rebuild flag, bounded by VIGIL_HANDSHAKE_TIMEOUT_MS.
+class TcpRebuilder final : public PathRebuilder
+{
+public:
+    TcpRebuilder(std::vector<Device> devs, const std::array<PathPlan, kMaxPaths> &plan,
+                 const std::array<uint8_t, 16> &nonce, uint64_t conn_id, const Params &params);
+    bool can_rebuild(int slot) const override;
+    int progress(int slot, std::unique_ptr<SendPath> *out) override;
+
+private:
+    std::vector<Device> devs_;
+    std::array<PathPlan, kMaxPaths> plan_;
+    std::array<std::unique_ptr<TcpPathConnector>, kMaxPaths> attempts_;
+    std::array<uint8_t, 16> nonce_;
+    uint64_t conn_id_;
+    Params params_;
+};
+
+/// The receiving side's view of a listener for rebuilt paths of one connection.
+class TcpAcceptor final : public PathAcceptor
+{
+public:
+    TcpAcceptor(std::shared_ptr<TcpListener> listener, uint64_t conn_id)
+        : listener_(std::move(listener)), conn_id_(conn_id)
+    {
+    }
+    int poll(std::unique_ptr<RecvPath> *out, int *slot) override;
+
+private:
+    std::shared_ptr<TcpListener> listener_;
+    uint64_t conn_id_;
+};
+
+/// The VIGIL_* failover values as the core's FailoverConfig.
+FailoverConfig failover_config(const Params &params);
 
 } // namespace vigil::net::tcp

@@ -34,7 +34,9 @@ struct Hello {
     uint8_t version = kVersion;
     uint8_t nstreams = 0;
     uint8_t stream = 0;
-    uint8_t path_kind = 0; ///< 0 primary, 1 backup (used by failover)
+    /// Bits 0-2: path kind (0 primary, 1 backup). Bit 3: this path rebuilds a path of an
+    /// existing connection. Bits 4-7: paths the connection opens at connect, minus one.
+    uint8_t path_kind = 0;
     std::array<uint8_t, 16> nonce{};
     uint64_t conn_id = 0; ///< random per connection; groups the streams of one path
     uint64_t reserved = 0;
@@ -65,7 +67,8 @@ struct Hello {
         if (version != kVersion) return "unsupported version";
         if (nstreams < 1 || nstreams > kMaxStreams) return "stream count out of range";
         if (stream >= nstreams) return "stream index out of range";
-        if (path_kind > 1) return "bad path kind";
+        if ((path_kind & 0x7) > 1) return "bad path kind";
+        if ((path_kind >> 4) > 1) return "bad path count";
         if (conn_id == 0) return "zero connection id";
         if (reserved != 0) return "non-zero reserved field";
         return nullptr;
@@ -140,6 +143,25 @@ struct AckFrame {
         ack_seq = get_le(p + 8, 8);
         return true;
     }
+};
+
+/// Hello path_kind accessors.
+inline uint8_t make_path_kind(int kind, int npaths, bool rebuild)
+{
+    return static_cast<uint8_t>((kind & 0x7) | (rebuild ? 0x8 : 0) | ((npaths - 1) << 4));
+}
+inline int hello_kind(uint8_t pk) { return pk & 0x7; }
+inline int hello_npaths(uint8_t pk) { return (pk >> 4) + 1; }
+inline bool hello_rebuild(uint8_t pk) { return (pk & 0x8) != 0; }
+
+/// Sequence number of a probe frame: a header with no payload that only proves the path
+/// carries bytes; the receiver consumes it without asking the core.
+inline constexpr uint64_t kProbeSeq = ~0ull;
+
+/// Receiver -> sender, like an ack (same size and position), asking the sender to leave the
+/// path it uses for generation `gen` because the receiver saw that path's port fail.
+struct FailoverRequest {
+    static constexpr uint32_t kMagic = 0x46474c56; // "VLGF"
 };
 
 } // namespace vigil::net::tcp

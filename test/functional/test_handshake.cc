@@ -658,9 +658,9 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
         // The incomplete path is dropped after the handshake timeout, closing `first`.
         const size_t mark = warn_mark();
         drive_accept(c.lc, 3000, &produced,
-                     [&] { return count_since(mark, {"dropped a path", "1 of 2 streams"}) > 0; });
+                     [&] { return count_since(mark, {"dropped a connection", "1 of 2 primary streams"}) > 0; });
         INFO(dump_since(mark));
-        CHECK(count_since(mark, {"dropped a path", "1 of 2 streams"}) == 1);
+        CHECK(count_since(mark, {"dropped a connection", "1 of 2 primary streams"}) == 1);
         CHECK(produced == 0);
         CHECK(first.closed_by_peer(1000));
     }
@@ -678,7 +678,7 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
         drive_accept(c.lc, 50, &produced, [] { return false; });
         auto b1 = hello_bytes(h1);
         s1.send_all(b1.data(), b1.size());
-        expect_rejected(c.lc, s1, "differs from its path's first stream");
+        expect_rejected(c.lc, s1, "differs from its connection's first stream");
         CHECK(produced == 0);
     }
     SECTION("positive control: a valid hello dribbled one byte at a time is accepted")

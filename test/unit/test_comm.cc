@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The transport-agnostic core (comm.h): requests, sequencing, the ack window and multi-recv
-// matching, driven through an in-process fake fabric. Also the errno -> ncclResult_t table
-// and the exception firewall (abi_guard.h).
+// matching, driven through an in-process fake fabric with one path (no backup; failover is
+// covered by test_failover.cc). Also the errno -> ncclResult_t table and the exception
+// firewall (abi_guard.h).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -16,6 +18,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "abi_guard.h"
@@ -31,8 +34,10 @@ namespace {
 
 // ---- The fake fabric --------------------------------------------------------------------
 
-// One frame "on the wire": a chunk of message `seq` at `offset`.
+// One frame "on the wire": a chunk of message `seq` at `offset`, of generation `gen` (the one
+// the send path was begun with; a path that was never begun writes generation 1).
 struct Frame {
+    uint32_t gen = 1;
     uint64_t seq = 0;
     int32_t tag = 0;
     uint64_t size = 0; // whole message
@@ -51,11 +56,14 @@ struct LocateEvent {
 // when acks reach the sender (forward_acks, ack_to_sender) and which status each path reports.
 struct Wire {
     // Sender side.
+    uint32_t gen = 1; // generation of the frames the send path writes (begin() changes it)
     std::vector<OutMessage> posted;
     std::function<void(const OutMessage &, Wire &)> split; // default: one frame on stream 0
     uint64_t ack_to_sender = 0;
     bool forward_acks = true;
+    bool sender_hears = false; // an ack or heartbeat reached the sender since its last progress
     PathStatus send_status;
+    int probes = 0;
 
     // In flight: per-stream FIFOs, like TCP streams.
     std::vector<std::deque<Frame>> streams{1};
@@ -66,6 +74,8 @@ struct Wire {
     size_t frames_per_progress = SIZE_MAX;
     std::mt19937_64 *rng = nullptr; // when set: random stream order, 0..4 frames per progress
     std::vector<uint64_t> acks;     // every ack() the receiving core sent
+    std::vector<uint32_t> ack_gens; // ... and the generation each one carried
+    int heartbeats = 0;
     int ack_regressions = 0;        // acks that did not increase
     std::vector<LocateEvent> locates;
     uint64_t bytes_written = 0;
@@ -95,9 +105,9 @@ struct Wire {
     }
 };
 
-Frame chunk_of(const OutMessage &m, uint64_t offset, uint64_t len)
+Frame chunk_of(const OutMessage &m, uint64_t offset, uint64_t len, uint32_t gen = 1)
 {
-    Frame f{m.seq, m.tag, m.size, offset, {}};
+    Frame f{gen, m.seq, m.tag, m.size, offset, {}};
     if (len > 0) f.bytes.assign(m.data + offset, m.data + offset + len);
     return f;
 }
@@ -105,25 +115,33 @@ Frame chunk_of(const OutMessage &m, uint64_t offset, uint64_t len)
 Frame make_frame(uint64_t seq, int32_t tag, uint64_t size, uint64_t offset, uint64_t len,
                  uint8_t fill)
 {
-    return Frame{seq, tag, size, offset, std::vector<uint8_t>(len, fill)};
+    return Frame{1, seq, tag, size, offset, std::vector<uint8_t>(len, fill)};
 }
 
 class FakeSendPath final : public vn::SendPath
 {
 public:
     explicit FakeSendPath(Wire &w) : w_(w) {}
+    void begin(uint64_t, uint32_t gen) override { w_.gen = gen; }
     void post(const OutMessage &m) override
     {
         w_.posted.push_back(m);
         if (w_.split)
             w_.split(m, w_);
         else
-            w_.push(0, chunk_of(m, 0, m.size));
+            w_.push(0, chunk_of(m, 0, m.size, w_.gen));
     }
+    bool idle() const override { return true; }
+    void probe() override { ++w_.probes; }
+    void sabotage() override { w_.send_status.error = -ECONNRESET; }
+    int local_dev() const override { return 0; }
     PathStatus progress(uint64_t *acked_seq) override
     {
         *acked_seq = std::max(*acked_seq, w_.ack_to_sender);
-        return w_.send_status;
+        PathStatus st = w_.send_status;
+        st.heard = st.heard || w_.sender_hears;
+        w_.sender_hears = false;
+        return st;
     }
     int fd(size_t) const override { return -1; }
     size_t nfds() const override { return 0; }
@@ -153,19 +171,21 @@ public:
                 if (budget == 0) break;
                 if (w_.paused[i] || w_.streams[i].empty()) continue;
                 Frame &f = w_.streams[i].front();
-                const Placement p = sink.locate(0, f.seq, f.tag, f.size);
+                const Placement p = sink.locate(f.gen, f.seq, f.tag, f.size);
                 w_.locates.push_back({f.seq, p.kind, p.error});
                 if (p.kind == Placement::kNotPosted) continue;
-                if (p.kind == Placement::kError) return PathStatus{p.error, false, "frame refused"};
+                if (p.kind == Placement::kError)
+                    return PathStatus{.error = p.error, .detail = "frame refused"};
                 if (p.kind == Placement::kPlace) {
-                    if (!f.bytes.empty()) {
+                    // The path contract: ask before writing payload bytes.
+                    if (!f.bytes.empty() && sink.still_wanted(f.gen, f.seq)) {
                         std::memcpy(p.dest + f.offset, f.bytes.data(), f.bytes.size());
                         w_.bytes_written += f.bytes.size();
                     }
-                    const int rc = sink.landed(f.seq, f.bytes.size());
+                    const int rc = sink.landed(f.seq, f.bytes.size(), f.gen);
                     if (rc != 0) {
                         w_.streams[i].pop_front();
-                        return PathStatus{rc, false, "landed refused"};
+                        return PathStatus{.error = rc, .detail = "landed refused"};
                     }
                 }
                 w_.streams[i].pop_front();
@@ -175,12 +195,24 @@ public:
         }
         return w_.recv_status;
     }
-    void ack(uint64_t ack_seq) override
+    void ack(uint64_t ack_seq, uint32_t gen) override
     {
         if (!w_.acks.empty() && ack_seq <= w_.acks.back()) ++w_.ack_regressions;
         w_.acks.push_back(ack_seq);
-        if (w_.forward_acks) w_.ack_to_sender = ack_seq;
+        w_.ack_gens.push_back(gen);
+        if (w_.forward_acks) {
+            w_.ack_to_sender = ack_seq;
+            w_.sender_hears = true;
+        }
     }
+    void request_failover(uint32_t) override {} // never called with a single path
+    void heartbeat() override
+    {
+        ++w_.heartbeats;
+        if (w_.forward_acks) w_.sender_hears = true;
+    }
+    void sabotage() override { w_.recv_status.error = -ECONNRESET; }
+    int local_dev() const override { return 0; }
     int fd(size_t) const override { return -1; }
     size_t nfds() const override { return 0; }
     std::string describe() const override { return "fake recv path"; }
@@ -189,11 +221,32 @@ private:
     Wire &w_;
 };
 
-// A connection: both comms over one wire. nfds() is 0, so nothing touches the engine.
+// Timeouts for the single-path tests: a lost path fails the connection soon (the exact
+// bound is test_failover.cc's business); no test here runs long enough to look stalled.
+vn::FailoverConfig single_path_config()
+{
+    vn::FailoverConfig c;
+    c.fatal_timeout_ns = 20'000'000ull;    // 20 ms
+    c.stall_timeout_ns = 60'000'000'000ull; // 60 s
+    return c;
+}
+
+template <class Path, class Base>
+std::array<std::unique_ptr<Base>, vn::kMaxPaths> primary_only(std::unique_ptr<Path> p)
+{
+    std::array<std::unique_ptr<Base>, vn::kMaxPaths> a;
+    a[vn::kPrimary] = std::move(p); // the backup slot stays null
+    return a;
+}
+
+// A connection: both comms over one wire, no backup path. nfds() is 0, so nothing touches
+// the engine.
 struct Link {
     Wire w;
-    vn::SendComm send{std::make_unique<FakeSendPath>(w)};
-    vn::RecvComm recv{std::make_unique<FakeRecvPath>(w)};
+    vn::SendComm send{primary_only<FakeSendPath, vn::SendPath>(std::make_unique<FakeSendPath>(w)),
+                      single_path_config()};
+    vn::RecvComm recv{primary_only<FakeRecvPath, vn::RecvPath>(std::make_unique<FakeRecvPath>(w)),
+                      single_path_config()};
 };
 
 // ---- Helpers ----------------------------------------------------------------------------
@@ -232,6 +285,21 @@ int test_error(vn::Comm &c, Request *r)
     const int rc = c.test(r, &d, nullptr);
     CHECK(d == 0);
     return rc;
+}
+
+// test() of a request whose connection lost its only path: it reports "not done" until the
+// fatal timeout (single_path_config) and then fails; returns the error (0: never failed).
+int eventual_error(vn::Comm &c, Request *r)
+{
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (std::chrono::steady_clock::now() < deadline) {
+        int d = -1;
+        const int rc = c.test(r, &d, nullptr);
+        REQUIRE(d == 0);
+        if (rc != 0) return rc;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return 0;
 }
 
 std::vector<uint8_t> bytes(size_t n, uint8_t seed)
@@ -721,8 +789,10 @@ TEST_CASE("send-side failures", "[comm]")
     SECTION("a path error is sticky for pending and new sends")
     {
         Request *s = must_isend(L.send, &byte, 1, 0);
-        L.w.send_status = PathStatus{-ECONNRESET, false, "reset by fake"};
-        CHECK(test_error(L.send, s) == -ECONNRESET);
+        L.w.send_status = PathStatus{.error = -ECONNRESET, .detail = "reset by fake"};
+        // No backup: once the fatal timeout has passed the connection fails (-ECONNRESET,
+        // whatever the path's own errno).
+        CHECK(eventual_error(L.send, s) == -ECONNRESET);
         L.w.send_status = PathStatus{};
         CHECK(test_error(L.send, s) == -ECONNRESET);
         Request *extra = s;
@@ -741,7 +811,7 @@ TEST_CASE("send-side failures", "[comm]")
         L.w.forward_acks = false;
         Request *s = must_isend(L.send, &byte, 1, 0);
         L.w.send_status.peer_closed = true;
-        CHECK(test_error(L.send, s) == -ECONNRESET);
+        CHECK(eventual_error(L.send, s) == -ECONNRESET);
     }
     SECTION("the peer closing with nothing outstanding fails only the next isend")
     {
@@ -791,7 +861,9 @@ TEST_CASE("receive-side failures", "[comm]")
     {
         Request *r = must_irecv(L.recv, {buf}, {8}, {0});
         L.w.recv_status.error = -ETIMEDOUT;
-        CHECK(test_error(L.recv, r) == -ETIMEDOUT);
+        // The only path is gone: -ECONNRESET (ncclRemoteError) after the fatal timeout.
+        CHECK(eventual_error(L.recv, r) == -ECONNRESET);
+        CHECK(test_error(L.recv, r) == -ECONNRESET); // sticky
     }
     SECTION("irecv with n outside 1..kMaxRecvs is -EINVAL, not sticky")
     {

@@ -187,11 +187,15 @@ TEST_CASE("ListenHandle::decode rejects each bad field with -EBADMSG and a reaso
         reseal(b);
         CHECK_THAT(rejection(b), Catch::Contains("port"));
     }
-    SECTION("non-zero family padding byte")
+    SECTION("byte 1 of an entry is the listener's device index")
     {
-        entry(b, 0)[1] = 1;
+        entry(b, 0)[1] = 7;
         reseal(b);
-        CHECK_THAT(rejection(b), Catch::Contains("padding"));
+        ListenHandle out;
+        std::string why;
+        REQUIRE(ListenHandle::decode(b.data(), &out, &why) == 0);
+        REQUIRE(out.addr_devs.size() == out.addrs.size());
+        CHECK(out.addr_devs[0] == 7);
     }
     SECTION("non-zero bytes after an IPv4 address")
     {

@@ -94,10 +94,13 @@ TEST_CASE("load_params with nothing set gives the params.def defaults", "[params
 TEST_CASE("param_specs: names, order and default text agree with params.def", "[params]")
 {
     const auto specs = vigil::param_specs();
-    REQUIRE(specs.size() == 10);
+    // One row per params.def line, in order (update when a variable is added).
+    REQUIRE(specs.size() == 16);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[9].name == "VIGIL_ABORT_ON_ERROR");
+    CHECK(specs[10].name == "VIGIL_BACKUP");
+    CHECK(specs[15].name == "VIGIL_FAILBACK_HOLD_MS");
     const vigil::Params defaults;
     for (const ParamSpec &s : specs) {
         INFO(s.name);
