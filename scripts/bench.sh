@@ -4,7 +4,8 @@
 # 16 MiB messages against iperf3 with the same number of streams, on loopback and on a lab
 # link, and its small-message latency against sockperf ping-pong, alternating the tools
 # ROUNDS times and reporting medians and ratios. Targets: >= 0.95x iperf3, <= 1.3x sockperf.
-# Needs root for the lab part. Usage: scripts/bench.sh [ROUNDS]
+# Needs root for the lab part, which also runs the failover benchmarks
+# (scripts/bench_failover.sh, scripts/bench_failover_tput.sh). Usage: scripts/bench.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -91,7 +92,11 @@ if [[ -z ${NETLAB:-} ]]; then
     printf "%-34s %10s %10s %8s\n" "measurement" "vigil" "reference" "ratio"
     bench_site loopback local local lo 127.0.0.1
     if [[ $(id -u) -eq 0 ]]; then
-        exec scripts/netlab.sh run -H 2 -P 1 -- "$0" "$@"
+        scripts/netlab.sh run -H 2 -P 1 -- "$0" "$@"
+        echo
+        scripts/bench_failover.sh 30
+        echo
+        scripts/bench_failover_tput.sh
     fi
     exit 0
 fi

@@ -64,7 +64,8 @@ for r in (0, 1):
 times, lower, inner = [], [], []
 for r, det, ack in acks:
     prior = [d for d in downs if d[0] <= det + 1e-3]
-    ev = [e for e in events if e <= det + 1e-6]
+    # only this trial's event: after its ip call started
+    ev = [e for e in events if prior and prior[-1][0] <= e <= det + 1e-6]
     if prior and ev:
         times.append((ack - prior[-1][0]) * 1e3)   # from the start of `ip link set down`
         lower.append((ack - ev[-1]) * 1e3)         # from the kernel's link-down event

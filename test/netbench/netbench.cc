@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <unistd.h>
@@ -42,6 +43,7 @@ struct Options {
     int64_t slice = 1 << 20;
     bool check = false;
     int dev = 0;
+    int channels = 1;
     double timeout_s = 600;
 };
 
@@ -65,6 +67,8 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
   --slice SIZE         all-reduce slice per request (default 1M)
   --check              validate every received byte (always on for allreduce and multirecv)
   --dev D              NCCL device index to use (default 0)
+  --channels C         all-reduce: C connections per ring neighbour, channel c on device
+                       (dev + c) mod ndevices, slices dealt round-robin (like NCCL channels)
   --timeout S          abort with ok:false after S seconds (default 600)
 
 Prints a table on rank 0 and, last, a one-line JSON summary:
@@ -115,6 +119,7 @@ Options parse(int argc, char **argv)
         else if (a == "--slice") o.slice = parse_size(next());
         else if (a == "--check") o.check = true;
         else if (a == "--dev") o.dev = std::atoi(next());
+        else if (a == "--channels") o.channels = std::atoi(next());
         else if (a == "--timeout") o.timeout_s = std::atof(next());
         else {
             std::fprintf(stderr, "vigil-netbench: unknown option %s\n", a.c_str());
@@ -122,7 +127,8 @@ Options parse(int argc, char **argv)
         }
     }
     if (o.rank < 0 || o.nranks < 2 || o.rank >= o.nranks || o.rendezvous.empty() ||
-        o.window < 1 || o.window > 64 || o.factor < 2 || o.slice < 1 ||
+        o.window < 1 || o.window > 64 || o.factor < 2 || o.slice < 1 || o.channels < 1 ||
+        o.channels > 32 ||
         (o.api_version != 0 && (o.api_version < 8 || o.api_version > 12)))
         usage(2);
     return o;
@@ -162,10 +168,10 @@ size_t count_bad(const uint8_t *p, size_t n, uint64_t k)
     return bad;
 }
 
-/// Host buffer with its registration on both comms.
+/// Host buffer with its registration on every channel's send and receive comm.
 struct Buffer {
     std::vector<uint8_t> mem;
-    void *mh_send = nullptr, *mh_recv = nullptr;
+    std::vector<void *> mh_send, mh_recv; // per channel
 };
 
 class Bench
@@ -180,8 +186,8 @@ private:
     // try_*: one call; nullptr when the plugin answered with a NULL request (NCCL then goes on
     // testing other requests and calls again later). post_*: retry until posted, only safe
     // while fewer than NCCL_NET_MAX_REQUESTS requests are outstanding.
-    void *try_send(void *data, size_t size, void *mh);
-    void *try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs);
+    void *try_send(void *data, size_t size, void *mh, int ch = 0);
+    void *try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch = 0);
     void *post_send(void *data, size_t size, void *mh);
     void *post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs);
     bool poll(void *req, int *sizes);
@@ -197,7 +203,7 @@ private:
     Options o_;
     NetPlugin net_;
     Rendezvous rdv_;
-    void *send_comm_ = nullptr, *recv_comm_ = nullptr;
+    std::vector<void *> send_comms_, recv_comms_; // per channel
     int max_recvs_ = 1;
     // results
     uint64_t bytes_sent_ = 0;
@@ -223,19 +229,19 @@ void Bench::check_nccl(ncclResult_t r, const char *call)
     if (r != ncclSuccess) die(std::string(call) + " returned ncclResult " + std::to_string(r));
 }
 
-void *Bench::try_send(void *data, size_t size, void *mh)
+void *Bench::try_send(void *data, size_t size, void *mh, int ch)
 {
     void *req = reinterpret_cast<void *>(0x2); // must be overwritten, like NCCL expects
-    check_nccl(net_.isend(send_comm_, data, size, o_.rank, mh, &req), "isend");
+    check_nccl(net_.isend(send_comms_[static_cast<size_t>(ch)], data, size, o_.rank, mh, &req), "isend");
     if (req == reinterpret_cast<void *>(0x2)) die("isend left *request unwritten");
     if (req == nullptr) ++null_retries_;
     return req;
 }
 
-void *Bench::try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs)
+void *Bench::try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch)
 {
     void *req = nullptr;
-    check_nccl(net_.irecv(recv_comm_, n, data, sizes, tags, mhs, &req), "irecv");
+    check_nccl(net_.irecv(recv_comms_[static_cast<size_t>(ch)], n, data, sizes, tags, mhs, &req), "irecv");
     if (req == reinterpret_cast<void *>(0x1)) die("irecv left the 0x1 pre-load in *request");
     if (req == nullptr) ++null_retries_;
     return req;
@@ -269,14 +275,20 @@ void Bench::wait(void *req, int *sizes)
 void Bench::reg(Buffer &b, size_t n)
 {
     b.mem.assign(std::max<size_t>(n, 1), 0);
-    check_nccl(net_.reg_mr(send_comm_, b.mem.data(), b.mem.size(), &b.mh_send), "regMr");
-    check_nccl(net_.reg_mr(recv_comm_, b.mem.data(), b.mem.size(), &b.mh_recv), "regMr");
+    b.mh_send.assign(send_comms_.size(), nullptr);
+    b.mh_recv.assign(recv_comms_.size(), nullptr);
+    for (size_t c = 0; c < send_comms_.size(); ++c) {
+        check_nccl(net_.reg_mr(send_comms_[c], b.mem.data(), b.mem.size(), &b.mh_send[c]), "regMr");
+        check_nccl(net_.reg_mr(recv_comms_[c], b.mem.data(), b.mem.size(), &b.mh_recv[c]), "regMr");
+    }
 }
 
 void Bench::dereg(Buffer &b)
 {
-    check_nccl(net_.dereg_mr(send_comm_, b.mh_send), "deregMr");
-    check_nccl(net_.dereg_mr(recv_comm_, b.mh_recv), "deregMr");
+    for (size_t c = 0; c < send_comms_.size(); ++c) {
+        check_nccl(net_.dereg_mr(send_comms_[c], b.mh_send[c]), "deregMr");
+        check_nccl(net_.dereg_mr(recv_comms_[c], b.mh_recv[c]), "deregMr");
+    }
 }
 
 int Bench::run()
@@ -296,26 +308,39 @@ int Bench::run()
                     net_.name(), net_.path().c_str(), net_.version(), ndev, o_.dev,
                     props.name.c_str(), props.speed_mbps, props.max_recvs);
 
-    // listen, exchange handles, then NCCL's proxy pattern: connect and accept both polled
-    // until each returns a comm (neither may block).
-    uint8_t handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    void *listen_comm = nullptr;
-    check_nccl(net_.listen(o_.dev, handle, &listen_comm), "listen");
-    if (listen_comm == nullptr) die("listen returned a NULL listenComm");
+    // listen (one listenComm per channel), exchange handles, then NCCL's proxy pattern:
+    // connect and accept both polled until each returns a comm (neither may block).
+    const int nch = o_.workload == "allreduce" ? o_.channels : 1;
+    std::vector<uint8_t> my_handles(static_cast<size_t>(nch) * NCCL_NET_HANDLE_MAXSIZE, 0);
+    std::vector<void *> listen_comms(static_cast<size_t>(nch), nullptr);
+    std::vector<int> ch_dev(static_cast<size_t>(nch));
+    for (int c = 0; c < nch; ++c) {
+        ch_dev[static_cast<size_t>(c)] = (o_.dev + c) % ndev;
+        check_nccl(net_.listen(ch_dev[static_cast<size_t>(c)], my_handles.data() + static_cast<size_t>(c) * NCCL_NET_HANDLE_MAXSIZE,
+                               &listen_comms[static_cast<size_t>(c)]), "listen");
+        if (listen_comms[static_cast<size_t>(c)] == nullptr) die("listen returned a NULL listenComm");
+    }
     std::vector<uint8_t> handles;
-    if (std::string e = rdv_.allgather(handle, sizeof(handle), &handles); !e.empty()) die(e);
+    if (std::string e = rdv_.allgather(my_handles.data(), my_handles.size(), &handles); !e.empty()) die(e);
     const int next = (o_.rank + 1) % o_.nranks;
-    uint8_t peer_handle[NCCL_NET_HANDLE_MAXSIZE];
-    std::memcpy(peer_handle, handles.data() + static_cast<size_t>(next) * sizeof(handle), sizeof(handle));
+    send_comms_.assign(static_cast<size_t>(nch), nullptr);
+    recv_comms_.assign(static_cast<size_t>(nch), nullptr);
     const double t_connect = now_s();
     uint64_t polls = 0;
-    while (send_comm_ == nullptr || recv_comm_ == nullptr) {
-        if (send_comm_ == nullptr) check_nccl(net_.connect(o_.dev, peer_handle, &send_comm_), "connect");
-        if (recv_comm_ == nullptr) check_nccl(net_.accept(listen_comm, &recv_comm_), "accept");
-        ++polls;
-        if (now_s() - t_connect > 60) die("connect/accept did not complete within 60 s");
+    for (int c = 0; c < nch; ++c) {
+        uint8_t peer_handle[NCCL_NET_HANDLE_MAXSIZE];
+        std::memcpy(peer_handle, handles.data() + (static_cast<size_t>(next) * nch + c) * NCCL_NET_HANDLE_MAXSIZE,
+                    sizeof(peer_handle));
+        void *&sc = send_comms_[static_cast<size_t>(c)];
+        void *&rc = recv_comms_[static_cast<size_t>(c)];
+        while (sc == nullptr || rc == nullptr) {
+            if (sc == nullptr) check_nccl(net_.connect(ch_dev[static_cast<size_t>(c)], peer_handle, &sc), "connect");
+            if (rc == nullptr) check_nccl(net_.accept(listen_comms[static_cast<size_t>(c)], &rc), "accept");
+            ++polls;
+            if (now_s() - t_connect > 60) die("connect/accept did not complete within 60 s");
+        }
+        check_nccl(net_.close_listen(listen_comms[static_cast<size_t>(c)]), "closeListen");
     }
-    check_nccl(net_.close_listen(listen_comm), "closeListen");
     if (std::string e = rdv_.barrier(); !e.empty()) die(e);
 
     const double t0 = now_s();
@@ -327,8 +352,8 @@ int Bench::run()
     const double elapsed = now_s() - t0;
 
     if (std::string e = rdv_.barrier(); !e.empty()) die(e);
-    check_nccl(net_.close_send(send_comm_), "closeSend");
-    check_nccl(net_.close_recv(recv_comm_), "closeRecv");
+    for (void *c : send_comms_) check_nccl(net_.close_send(c), "closeSend");
+    for (void *c : recv_comms_) check_nccl(net_.close_recv(c), "closeRecv");
     check_nccl(net_.finalize(), "finalize");
 
     struct Result {
@@ -372,24 +397,24 @@ void Bench::latency()
     int tag = 1 - o_.rank;
     size_t rsize = size;
     void *rdata = rb.mem.data();
-    void *rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv);
+    void *rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv[0]);
     for (int it = 0; it < warmup + iters; ++it) {
         if (o_.check) fill(sb.mem.data(), size, static_cast<uint64_t>(it * 2 + o_.rank));
         int got = 0;
         if (o_.rank == 0) {
             const double t = now_s();
-            void *sreq = post_send(sb.mem.data(), size, sb.mh_send);
+            void *sreq = post_send(sb.mem.data(), size, sb.mh_send[0]);
             wait(rreq, &got);
             const double dt = now_s() - t;
             if (it >= warmup) rtt.push_back(dt);
             if (o_.check) errors_ += count_bad(rb.mem.data(), size, static_cast<uint64_t>(it * 2 + 1));
-            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv);
+            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv[0]);
             wait(sreq, nullptr);
         } else {
             wait(rreq, &got);
             if (o_.check) errors_ += count_bad(rb.mem.data(), size, static_cast<uint64_t>(it * 2));
-            void *sreq = post_send(sb.mem.data(), size, sb.mh_send);
-            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv);
+            void *sreq = post_send(sb.mem.data(), size, sb.mh_send[0]);
+            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv[0]);
             wait(sreq, nullptr);
         }
         if (static_cast<size_t>(got) != size) ++errors_;
@@ -455,12 +480,12 @@ void Bench::bandwidth()
                         if (o_.check && msg_of[bi] != posted)
                             fill(buf.mem.data(), size, static_cast<uint64_t>(posted));
                         msg_of[bi] = posted;
-                        reqs[bi] = try_send(buf.mem.data(), size, buf.mh_send);
+                        reqs[bi] = try_send(buf.mem.data(), size, buf.mh_send[0]);
                     } else {
                         void *d = buf.mem.data();
                         size_t sz = size;
                         msg_of[bi] = posted;
-                        reqs[bi] = try_recv(1, &d, &sz, &tag, &buf.mh_recv);
+                        reqs[bi] = try_recv(1, &d, &sz, &tag, &buf.mh_recv[0]);
                     }
                     if (reqs[bi] != nullptr) ++posted;
                 }
@@ -513,8 +538,10 @@ void Bench::allreduce()
     };
     const size_t slice = static_cast<size_t>(o_.slice) / sizeof(float) * sizeof(float);
     if (r == 0) {
-        std::printf("# allreduce: ring of %d ranks, %zu bytes per rank, slice %zu, window %d\n", n, count * sizeof(float), slice, o_.window);
-        std::printf("%6s %12s %12s %10s %10s %10s\n", "iter", "bytes", "time_us", "algbw", "busbw", "errors");
+        std::printf("# allreduce: ring of %d ranks, %zu bytes per rank, slice %zu, window %d, %zu channels\n", n,
+                    count * sizeof(float), slice, o_.window, send_comms_.size());
+        std::printf("%6s %12s %12s %10s %10s %10s %12s\n", "iter", "bytes", "time_us", "algbw", "busbw", "errors",
+                    "end_mono_s");
     }
     // One ring step: send [sptr, +slen) to next, receive into [rptr, +rlen) from prev, both
     // cut into slices with up to `window` requests in flight per direction.
@@ -529,13 +556,17 @@ void Bench::allreduce()
             while (r_posted < nr && r_posted - r_done < static_cast<size_t>(o_.window)) {
                 void *d = dst + r_posted * slice;
                 size_t sz = std::min(slice, rbytes - r_posted * slice);
-                rreq[r_posted] = try_recv(1, &d, &sz, &tag, reduce ? &tmp.mh_recv : &data.mh_recv);
+                const int ch = static_cast<int>(r_posted % recv_comms_.size());
+                rreq[r_posted] = try_recv(1, &d, &sz, &tag,
+                                          reduce ? &tmp.mh_recv[static_cast<size_t>(ch)] : &data.mh_recv[static_cast<size_t>(ch)], ch);
                 if (rreq[r_posted] == nullptr) break;
                 ++r_posted;
             }
             while (s_posted < ns && s_posted - s_done < static_cast<size_t>(o_.window)) {
                 const size_t sz = std::min(slice, sbytes - s_posted * slice);
-                sreq[s_posted] = try_send(reinterpret_cast<uint8_t *>(sptr) + s_posted * slice, sz, data.mh_send);
+                const int ch = static_cast<int>(s_posted % send_comms_.size());
+                sreq[s_posted] = try_send(reinterpret_cast<uint8_t *>(sptr) + s_posted * slice, sz,
+                                          data.mh_send[static_cast<size_t>(ch)], ch);
                 if (sreq[s_posted] == nullptr) break;
                 ++s_posted;
                 bytes_sent_ += sz;
@@ -584,8 +615,11 @@ void Bench::allreduce()
         errors_ += bad;
         if (r == 0) {
             const double algbw = static_cast<double>(count * sizeof(float)) / dt / 1e9;
-            std::printf("%6d %12zu %12.1f %10.3f %10.3f %10" PRIu64 "\n", it, count * sizeof(float), dt * 1e6,
-                        algbw, algbw * 2.0 * (n - 1) / n, bad);
+            timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts); // same clock as the plugin's log timestamps
+            std::printf("%6d %12zu %12.1f %10.3f %10.3f %10" PRIu64 " %12.6f\n", it, count * sizeof(float), dt * 1e6,
+                        algbw, algbw * 2.0 * (n - 1) / n, bad,
+                        static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9);
             std::fflush(stdout);
         }
     }
@@ -619,7 +653,7 @@ void Bench::multirecv()
                 void *req = nullptr;
                 const int tag = same_tags ? 7 : j;
                 for (;;) {
-                    check_nccl(net_.isend(send_comm_, b.mem.data(), msg_size(j), tag, b.mh_send, &req), "isend");
+                    check_nccl(net_.isend(send_comms_[0], b.mem.data(), msg_size(j), tag, b.mh_send[0], &req), "isend");
                     if (req) break;
                     ++null_retries_;
                 }
@@ -634,7 +668,7 @@ void Bench::multirecv()
             std::vector<void *> mhs(static_cast<size_t>(k));
             for (int i = 0; i < k; ++i) {
                 data[static_cast<size_t>(i)] = bufs[static_cast<size_t>(i)].mem.data();
-                mhs[static_cast<size_t>(i)] = bufs[static_cast<size_t>(i)].mh_recv;
+                mhs[static_cast<size_t>(i)] = bufs[static_cast<size_t>(i)].mh_recv[0];
                 tags[static_cast<size_t>(i)] = same_tags ? 7 : k - 1 - i; // buffer i wants message k-1-i
             }
             void *req = post_recv(k, data.data(), sizes.data(), tags.data(), mhs.data());
