@@ -9,6 +9,8 @@
 #   backup-dies    2x2: primary then backup down -> bounded error, no hang
 #   peer-killed    3x2: one rank SIGKILLed -> the others fail cleanly within the bound
 #   degraded       2x2: a port limited to ~10% with tbf -> the run completes, exact
+#   inject         2x2: VIGIL_INJECT_FAIL breaks host 0's eth0 path after 30 messages, with
+#                  4 channels (connections spread over both ports), exact
 source "$(dirname "$0")/../functional/lib.sh"
 need_root_lab
 CASE=$1
@@ -31,7 +33,9 @@ start_ranks() {
     local rdv="unix:$TMP/rdv.$RUN_ID.sock" r
     PIDS=()
     for ((r = n - 1; r >= 0; r--)); do
-        "$NETLAB_SH" exec "$r" -- "$NETBENCH_BIN" --plugin "$NETBENCH_PLUGIN" --rank "$r" \
+        local extra=()
+        ((r == 0)) && [[ -n ${RANK0_ENV:-} ]] && extra=("$RANK0_ENV")
+        "$NETLAB_SH" exec "$r" -- env "${extra[@]}" "$NETBENCH_BIN" --plugin "$NETBENCH_PLUGIN" --rank "$r" \
             --nranks "$n" --rendezvous "$rdv" --timeout 200 "$@" \
             >"$OUT.rank$r" 2>"$OUT.err.$r" &
         PIDS[r]=$!
@@ -125,6 +129,15 @@ peer-killed)
     took=$(python3 -c "print($t1 - $t0)")
     echo "peer killed: survivors failed after ${took}s"
     python3 -c "import sys; sys.exit(0 if $took < $VIGIL_FATAL_TIMEOUT_MS / 1000 + 5 else 1)" || fail "error came too late"
+    ;;
+inject)
+    RANK0_ENV=VIGIL_INJECT_FAIL=eth0:msgs=30 start_ranks 2 --workload allreduce --bytes 32M --iters 4 --channels 4
+    wait_all_ok
+    grep -q "fault injection: failing dev eth0 now (after 30 messages)" "$OUT.err.0" ||
+        fail "the injected fault did not fire"
+    grep -q "failover: primary dev eth0.*injected failure" "$OUT.err.0" || fail "no failover after the injection"
+    # Only the rank that armed it fires it (the variable is per process).
+    ! grep -q "fault injection" "$OUT.err.1" || fail "injection fired on a process that did not arm it"
     ;;
 degraded)
     start_ranks 2 --workload allreduce --bytes 32M --iters 6
