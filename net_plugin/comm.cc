@@ -70,6 +70,14 @@ void Comm::on_ready() noexcept
     if (!detached_) progress_locked();
 }
 
+void Comm::on_tick() noexcept
+{
+    const uint64_t now = now_ns();
+    if (now < next_timer_ns_.load(std::memory_order_relaxed)) return;
+    next_timer_ns_.store(now + kTimerNs, std::memory_order_relaxed);
+    on_ready();
+}
+
 void Comm::fail_locked(int err, const std::string &what) noexcept
 {
     if (error_.load(std::memory_order_relaxed) != 0) return;

@@ -68,6 +68,10 @@ public:
     void detach() noexcept;
 
     void on_ready() noexcept override;
+    /// Timer work at most every kTimerNs: I/O progress is event-driven, so a tick only has to
+    /// run watchdogs, heartbeats, probes and rebuilds, and many idle comms stay cheap.
+    void on_tick() noexcept override;
+    static constexpr uint64_t kTimerNs = 20'000'000; // 20 ms
 
     /// Registers the path's fds with the progress engine. Returns 0 or -errno.
     int attach() noexcept;
@@ -82,6 +86,7 @@ protected:
 
     std::mutex mu_;
     std::atomic<int> error_{0};
+    std::atomic<uint64_t> next_timer_ns_{0};
     bool detached_ = false;
 };
 

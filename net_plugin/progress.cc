@@ -132,7 +132,7 @@ void ProgressEngine::loop()
             }
             // Safe without the lock: remove_ticker() is followed by quiesce(), which waits
             // for this iteration to end.
-            for (ProgressClient *c : due) c->on_ready();
+            for (ProgressClient *c : due) c->on_tick();
         }
         iterations_.fetch_add(1, std::memory_order_acq_rel);
     }

@@ -17,6 +17,9 @@ class ProgressClient
 {
 public:
     virtual void on_ready() noexcept = 0;
+    /// Called every kTickNs for clients registered with add_ticker() (timers: watchdogs,
+    /// probes, rebuilds). Defaults to on_ready().
+    virtual void on_tick() noexcept { on_ready(); }
 
 protected:
     ~ProgressClient() = default;
@@ -38,8 +41,8 @@ public:
     /// Watches `fd` (readable, writable, hang-up; edge-triggered) for `client`.
     int add(int fd, ProgressClient *client);
     void remove(int fd);
-    /// Calls client->on_ready() every kTickNs as well (timers: watchdogs, probes, fatal
-    /// timeouts). remove_ticker() must precede quiesce() and destruction.
+    /// Calls client->on_tick() every kTickNs (timers: watchdogs, probes, fatal timeouts).
+    /// remove_ticker() must precede quiesce() and destruction.
     void add_ticker(ProgressClient *client);
     void remove_ticker(ProgressClient *client);
 

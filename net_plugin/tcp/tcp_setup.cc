@@ -294,16 +294,41 @@ int TcpListener::complete(Group &g, std::unique_ptr<RecvComm> *out)
     served_.push_back(conn_id);
     std::string desc = paths[kPrimary]->describe() +
                        (paths[kBackup] ? ", " + paths[kBackup]->describe() : ", no backup");
-    auto comm = std::make_unique<RecvComm>(std::move(paths), failover_,
-                                           std::make_unique<TcpAcceptor>(shared_from_this(), conn_id));
+    std::vector<int> lfds;
+    for (const Listening &l : listening_) lfds.push_back(l.fd.get());
+    auto comm = std::make_unique<RecvComm>(
+        std::move(paths), failover_,
+        std::make_unique<TcpAcceptor>(shared_from_this(), conn_id, std::move(lfds)));
     if (int rc = comm->attach(); rc != 0) return rc;
     VLOG_INFO(NCCL_NET | NCCL_INIT, "accepted %s", desc.c_str());
     *out = std::move(comm);
     return 0;
 }
 
+bool TcpListener::busy()
+{
+    std::lock_guard<std::mutex> lock(mu_);
+    return !pending_.empty() || !groups_.empty() || !rebuilt_.empty();
+}
+
+TcpAcceptor::TcpAcceptor(std::shared_ptr<TcpListener> listener, uint64_t conn_id, std::vector<int> fds)
+    : listener_(std::move(listener)), conn_id_(conn_id), fds_(std::move(fds))
+{
+    for (int fd : fds_) ProgressEngine::instance().add(fd, this);
+}
+
+TcpAcceptor::~TcpAcceptor()
+{
+    for (int fd : fds_) ProgressEngine::instance().remove(fd);
+    ProgressEngine::instance().quiesce();
+}
+
 int TcpAcceptor::poll(std::unique_ptr<RecvPath> *out, int *slot)
 {
+    const uint64_t now = now_ns();
+    const bool event = event_.exchange(false, std::memory_order_acq_rel);
+    if (!event && now < next_sweep_ns_ && !listener_->busy()) return 0;
+    next_sweep_ns_ = now + 1'000'000'000ull;
     int kind = 0;
     if (listener_->take_rebuilt(conn_id_, &kind, out)) *slot = kind;
     return 0;

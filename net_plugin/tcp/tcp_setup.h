@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,8 @@ public:
     /// A rebuilt path of connection `conn_id` that arrived complete, if any (*kind is
     /// kPrimary or kBackup).
     bool take_rebuilt(uint64_t conn_id, int *kind, std::unique_ptr<RecvPath> *path);
+    /// True while connections are half set up (a hello or a path still incomplete).
+    bool busy();
 
 private:
     struct Listening {
@@ -195,19 +198,26 @@ private:
     Params params_;
 };
 
-/// The receiving side's view of a listener for rebuilt paths of one connection.
-class TcpAcceptor final : public PathAcceptor
+/// The receiving side's view of a listener for rebuilt paths of one connection. Its
+/// listening sockets are watched by the progress engine, so poll() only touches the sockets
+/// after a connection arrived or while a handshake is half done (plus once a second, as a
+/// safety net): idle connections cost no system calls.
+class TcpAcceptor final : public PathAcceptor, public ProgressClient
 {
 public:
-    TcpAcceptor(std::shared_ptr<TcpListener> listener, uint64_t conn_id)
-        : listener_(std::move(listener)), conn_id_(conn_id)
-    {
-    }
+    /// `fds`: the listener's listening sockets (watched until destruction).
+    TcpAcceptor(std::shared_ptr<TcpListener> listener, uint64_t conn_id, std::vector<int> fds);
+    ~TcpAcceptor() override;
     int poll(std::unique_ptr<RecvPath> *out, int *slot) override;
+    void on_ready() noexcept override { event_.store(true, std::memory_order_release); }
+    void on_tick() noexcept override {}
 
 private:
     std::shared_ptr<TcpListener> listener_;
     uint64_t conn_id_;
+    std::vector<int> fds_;
+    std::atomic<bool> event_{true};
+    uint64_t next_sweep_ns_ = 0;
 };
 
 /// The VIGIL_* failover values as the core's FailoverConfig.
