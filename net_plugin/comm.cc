@@ -86,6 +86,41 @@ void Comm::fail_locked(int err, const std::string &what) noexcept
               strerror(-err));
 }
 
+// ---- telemetry ---------------------------------------------------------------------------
+
+namespace {
+
+// Pulls "dev NAME" and "LOCAL -> PEER" out of a path's description.
+void parse_desc(const std::string &d, std::string *dev, std::string *local, std::string *peer)
+{
+    const size_t dv = d.find("dev ");
+    if (dv != std::string::npos) *dev = d.substr(dv + 4, d.find(' ', dv + 4) - dv - 4);
+    const size_t arrow = d.find(" -> ");
+    if (arrow == std::string::npos) return;
+    const size_t ls = d.rfind(' ', arrow - 1);
+    *local = d.substr(ls == std::string::npos ? 0 : ls + 1, arrow - (ls == std::string::npos ? 0 : ls + 1));
+    *peer = d.substr(arrow + 4, d.find(' ', arrow + 4) - arrow - 4);
+}
+
+} // namespace
+
+PathTelemetry::PathTelemetry(const FailoverConfig &cfg, int kind, int slot, int dev,
+                             const std::string &desc, uint64_t conn_id)
+    : entry([&] {
+          std::string d, l, p;
+          parse_desc(desc, &d, &l, &p);
+          return telemetry::Registry::instance().acquire(kind, slot, dev, d, l, p, conn_id);
+      }()),
+      sink(entry, (kind == 0 ? "send " : "recv ") + desc),
+      meter(cfg.window_ns, &sink, cfg.detector)
+{
+}
+
+PathTelemetry::~PathTelemetry()
+{
+    telemetry::Registry::instance().release(entry);
+}
+
 // ---- SendComm ---------------------------------------------------------------------------
 
 namespace {
@@ -121,6 +156,21 @@ SendComm::SendComm(std::array<std::unique_ptr<SendPath>, kMaxPaths> paths, const
         slots_[i].last_heard_ns = slots_[i].last_sent_ns = slots_[i].up_since_ns = now;
     }
     for (Slot &sl : slots_) sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
+    for (int i = 0; i < kMaxPaths; ++i) meter_locked(i);
+    if (slots_[kBackup].tm) slots_[kBackup].tm->meter.set_state(now, telemetry::kStandby, gen_);
+}
+
+void SendComm::meter_locked(int slot) noexcept
+{
+    Slot &sl = slots_[slot];
+    sl.tm.reset();
+    if (cfg_.window_ns == 0 || !sl.path || !telemetry::Registry::instance().is_open()) return;
+    try {
+        sl.tm = std::make_unique<PathTelemetry>(cfg_, 0, slot, sl.path->local_dev(), sl.desc,
+                                                reinterpret_cast<uintptr_t>(this));
+    } catch (...) {
+        // telemetry is best effort; the data path does not depend on it
+    }
 }
 
 std::string SendComm::describe() const
@@ -190,6 +240,11 @@ void SendComm::port_up(int dev) noexcept
 void SendComm::post_locked(uint64_t seq) noexcept
 {
     const size_t i = seq % kMaxInflight;
+    if (PathTelemetry *tm = slots_[active_].tm.get()) {
+        const uint64_t now = now_ns();
+        posted_ns_[i] = now;
+        tm->meter.on_post(now, reqs_[i].size);
+    }
     slots_[active_].path->post(OutMessage{seq, tag_[i], static_cast<const uint8_t *>(data_[i]),
                                           reqs_[i].size});
 }
@@ -233,9 +288,20 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     const uint64_t t0 = now_ns();
     Slot &d = slots_[dead];
     d.alive = false;
+    if (d.tm) {
+        if (dead == active_) {
+            uint64_t bytes = 0;
+            for (uint64_t s = acked_; s < next_seq_; ++s) bytes += reqs_[s % kMaxInflight].size;
+            d.tm->meter.on_abandon(t0, next_seq_ - acked_, bytes);
+        }
+        d.tm->meter.on_error(t0);
+        d.tm->meter.set_state(t0, telemetry::kDead, gen_);
+        if (d.tm->entry) d.tm->entry->failovers.fetch_add(1, std::memory_order_relaxed);
+    }
     for (size_t k = 0; k < d.path->nfds(); ++k) ProgressEngine::instance().remove(d.path->fd(k));
     if (dead != active_) {
-        VLOG_WARN("host %s: backup path lost: %s: %s; the connection has no standby now",
+        cancel_drain_locked();
+        VLOG_WARN("host %s: standby path lost: %s: %s; the connection has no standby now",
                   host_name(), d.desc.c_str(), cause.c_str());
         return;
     }
@@ -265,11 +331,32 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
               static_cast<unsigned long long>(bytes), static_cast<double>(now_ns() - t0) / 1e3);
 }
 
+void SendComm::cancel_drain_locked() noexcept
+{
+    if (!draining_) return;
+    draining_ = false;
+    if (slots_[active_].alive)
+        for (uint64_t s = std::max(drain_from_seq_, acked_); s < next_seq_; ++s) post_locked(s);
+}
+
 uint64_t SendComm::switch_to_locked(int slot) noexcept
 {
+    draining_ = false; // the replay below covers anything held back
+    const uint64_t now = now_ns();
+    Slot &old = slots_[active_];
+    if (active_ != slot && old.alive && old.tm) { // failback: the backup goes back to standby
+        uint64_t bytes = 0;
+        for (uint64_t s = acked_; s < next_seq_; ++s) bytes += reqs_[s % kMaxInflight].size;
+        old.tm->meter.on_abandon(now, next_seq_ - acked_, bytes);
+        old.tm->meter.set_state(now, telemetry::kStandby, gen_ + 1);
+    }
     ++gen_;
     active_ = slot;
     Slot &a = slots_[slot];
+    if (a.tm) {
+        a.tm->meter.set_state(now, telemetry::kActive, gen_);
+        a.tm->meter.on_replay(now, static_cast<uint32_t>(next_seq_ - acked_));
+    }
     a.path->begin(acked_, gen_);
     uint64_t bytes = 0;
     for (uint64_t s = acked_; s < next_seq_; ++s) {
@@ -303,6 +390,8 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
         sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
         sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
         ++stats_.rebuilds;
+        meter_locked(i);
+        if (sl.tm) sl.tm->meter.set_state(now, telemetry::kStandby, gen_);
         bool other = false;
         for (int k = 0; k < kMaxPaths; ++k) other = other || (k != i && slots_[k].alive);
         VLOG_INFO(NCCL_NET, "host %s: path rebuilt: %s%s", host_name(), sl.desc.c_str(),
@@ -317,6 +406,7 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
     // backup stands at a frame boundary.
     Slot &pri = slots_[kPrimary];
     if (active_ == kBackup && pri.alive && since(now, pri.up_since_ns) >= cfg_.failback_hold_ns) {
+        if (!draining_) drain_from_seq_ = next_seq_;
         draining_ = true;
         if (!slots_[kBackup].alive || slots_[kBackup].path->idle()) {
             draining_ = false;
@@ -360,10 +450,16 @@ void SendComm::progress_locked() noexcept
                                  " beyond the last sent " + std::to_string(next_seq_));
         return;
     }
-    for (uint64_t s = acked_; s < ack; ++s)
-        reqs_[s % kMaxInflight].state.store(Request::kDone, std::memory_order_release);
-    acked_ = ack;
     const uint64_t later = now_ns(); // a failover above may have stamped times after `now`
+    PathTelemetry *atm = slots_[active_].tm.get();
+    for (uint64_t s = acked_; s < ack; ++s) {
+        const size_t i = s % kMaxInflight;
+        if (atm != nullptr) atm->meter.on_complete(later, posted_ns_[i], reqs_[i].size);
+        reqs_[i].state.store(Request::kDone, std::memory_order_release);
+    }
+    acked_ = ack;
+    for (Slot &sl : slots_)
+        if (sl.tm) sl.tm->meter.advance(later);
     if (failover_timing_ && acked_ >= failover_probe_seq_) {
         failover_timing_ = false;
         VLOG_INFO(NCCL_NET, "host %s: first replayed message acknowledged %.1f us after the "
@@ -415,6 +511,14 @@ RecvComm::RecvComm(std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths, const
         paths_[i].path = std::move(paths[i]);
         paths_[i].alive = true;
         paths_[i].last_heard_ns = now;
+        if (cfg_.window_ns != 0 && telemetry::Registry::instance().is_open()) {
+            try {
+                paths_[i].tm = std::make_unique<PathTelemetry>(cfg_, 1, i, paths_[i].path->local_dev(),
+                                                               paths_[i].desc, reinterpret_cast<uintptr_t>(this));
+                if (i == kBackup) paths_[i].tm->meter.set_state(now, telemetry::kStandby, gen_);
+            } catch (...) {
+            }
+        }
     }
 }
 
@@ -475,6 +579,7 @@ void RecvComm::lose_path_locked(int i, const std::string &why, bool orderly) noe
     PathSlot &p = paths_[i];
     p.alive = false;
     p.orderly = orderly;
+    if (p.tm) p.tm->meter.set_state(now_ns(), telemetry::kDead, gen_);
     for (size_t k = 0; k < p.path->nfds(); ++k) ProgressEngine::instance().remove(p.path->fd(k));
     bool any = false;
     for (const PathSlot &s : paths_) any = any || s.alive;
@@ -537,7 +642,9 @@ void RecvComm::progress_locked() noexcept
             p.path->heartbeat();
             p.last_beat_ns = now;
         }
+        cur_path_ = i;
         PathStatus st = p.path->progress(*this);
+        if (p.tm) p.tm->meter.advance(now_ns());
         if (st.heard) p.last_heard_ns = now;
         if (st.error == -EMSGSIZE || st.error == -EPROTO) {
             // The peer broke the protocol: no other path can make this right.
@@ -566,6 +673,14 @@ void RecvComm::progress_locked() noexcept
             ps.path = std::move(np);
             for (size_t k = 0; k < ps.path->nfds(); ++k) ProgressEngine::instance().add(ps.path->fd(k), this);
             ps.desc = ps.path->describe();
+            ps.tm.reset();
+            if (cfg_.window_ns != 0 && telemetry::Registry::instance().is_open()) {
+                try {
+                    ps.tm = std::make_unique<PathTelemetry>(cfg_, 1, slot, ps.path->local_dev(), ps.desc,
+                                                            reinterpret_cast<uintptr_t>(this));
+                } catch (...) {
+                }
+            }
             ps.alive = true;
             ps.orderly = false;
             ps.last_heard_ns = ps.last_beat_ns = now;
@@ -659,6 +774,16 @@ bool RecvComm::still_wanted(uint32_t gen, uint64_t seq)
 int RecvComm::landed(uint64_t seq, uint64_t len, uint32_t gen)
 {
     if (!still_wanted(gen, seq)) return 0; // a frame overtaken by a newer generation
+    if (PathTelemetry *tm = paths_[cur_path_].tm.get()) {
+        const uint64_t now = now_ns();
+        tm->meter.on_complete(now, now, len); // receive side: bytes per path, no latency
+        if (tm->entry && tm->entry->state.load(std::memory_order_relaxed) != telemetry::kActive) {
+            // data arrives here now: this path is the active one, the other stands by
+            tm->meter.set_state(now, telemetry::kActive, gen_);
+            PathTelemetry *other = paths_[1 - cur_path_].tm.get();
+            if (other && paths_[1 - cur_path_].alive) other->meter.set_state(now, telemetry::kStandby, gen_);
+        }
+    }
     Slot &s = slots_[seq % kMaxInflight];
     Request *r = s.req;
     s.got += len;

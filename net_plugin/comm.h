@@ -14,6 +14,8 @@
 
 #include "fabric.h"
 #include "progress.h"
+#include "telemetry/registry.h"
+#include "telemetry/window.h"
 
 namespace vigil::net {
 
@@ -104,6 +106,23 @@ struct FailoverConfig {
     uint64_t failback_hold_ns = 1'000'000'000ull;  ///< a rebuilt primary must live this long
     uint64_t rebuild_backoff_min_ns = 50'000'000ull;   ///< first retry delay of a rebuild
     uint64_t rebuild_backoff_max_ns = 1'000'000'000ull; ///< retry delay cap (no attempt limit)
+    // Telemetry (not failover, but the same owner reads it): windows of window_ns per path
+    // in the process's registry; 0 turns the meters off.
+    uint64_t window_ns = 0;
+    telemetry::DetectorConfig detector;
+};
+
+/// One path's telemetry: its registry entry, the sink writing windows there, and the meter.
+/// Owned by the comm's path slot; used under the comm's lock.
+struct PathTelemetry {
+    PathTelemetry(const FailoverConfig &cfg, int kind, int slot, int dev, const std::string &desc,
+                  uint64_t conn_id);
+    ~PathTelemetry();
+    PathTelemetry(const PathTelemetry &) = delete;
+    PathTelemetry &operator=(const PathTelemetry &) = delete;
+    telemetry::PathEntry *entry;
+    telemetry::RegistrySink sink;
+    telemetry::PathMeter meter;
 };
 
 /* NCCL's sendComm: failover state machine.
@@ -175,28 +194,34 @@ private:
         uint64_t next_rebuild_ns = 0;
         uint64_t backoff_ns = 0;
         std::string desc;
+        std::unique_ptr<PathTelemetry> tm; // null with telemetry off
     };
 
     void progress_locked() noexcept override;
     size_t nfds() const noexcept override;
     int fd(size_t i) const noexcept override;
+    void meter_locked(int slot) noexcept;
     void failover_locked(int dead, const std::string &cause) noexcept;
     /// Makes `slot` Active: generation += 1, replay everything not acked. Returns the
     /// number of replayed bytes.
     uint64_t switch_to_locked(int slot) noexcept;
     void rebuild_locked(uint64_t now) noexcept;
+    /// The failback target died while draining: post what was held back on the active path.
+    void cancel_drain_locked() noexcept;
     void post_locked(uint64_t seq) noexcept;
 
     std::array<Slot, kMaxPaths> slots_;
     FailoverConfig cfg_;
     std::unique_ptr<PathRebuilder> rebuilder_;
     bool draining_ = false; // failback waits for the backup to reach a frame boundary
+    uint64_t drain_from_seq_ = 0; // messages from here on are held back while draining
     uint64_t backup_since_ns_ = 0;
     int active_ = kPrimary;
     uint32_t gen_ = 1;
     std::array<Request, kMaxInflight> reqs_; // slot seq % kMaxInflight
     std::array<const void *, kMaxInflight> data_{};
     std::array<int32_t, kMaxInflight> tag_{};
+    std::array<uint64_t, kMaxInflight> posted_ns_{}; // when each message was (re)posted
     uint64_t next_seq_ = 0;
     uint64_t acked_ = 0; // every seq below is held by the receiver
     bool peer_closed_ = false;
@@ -243,6 +268,7 @@ private:
     };
     struct PathSlot {
         std::unique_ptr<RecvPath> path;
+        std::unique_ptr<PathTelemetry> tm; // null with telemetry off
         bool alive = false;
         bool orderly = false; // ended by the peer's close, not an error
         uint64_t last_heard_ns = 0;
@@ -259,6 +285,7 @@ private:
     void lose_path_locked(int i, const std::string &why, bool orderly) noexcept;
 
     std::array<PathSlot, kMaxPaths> paths_;
+    int cur_path_ = 0; // the path whose progress() is running (for per-path telemetry)
     FailoverConfig cfg_;
     std::unique_ptr<PathAcceptor> acceptor_;
     uint64_t next_accept_poll_ns_ = 0;

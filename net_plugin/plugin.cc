@@ -221,6 +221,15 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
         VLOG_WARN("cannot start the progress thread: %s", strerror(-rc));
         return rc;
     }
+    if (st.params.telemetry) {
+        const uint64_t window_ns = static_cast<uint64_t>(st.params.window_us) * 1000ull;
+        if (int rc = telemetry::Registry::instance().open(window_ns, -1); rc != 0)
+            VLOG_WARN("telemetry registry unavailable (%s); running without telemetry", strerror(-rc));
+        else
+            VLOG_INFO(NCCL_INIT, "telemetry: %llu us windows in %s",
+                      static_cast<unsigned long long>(st.params.window_us),
+                      telemetry::Registry::instance().path().c_str());
+    }
     std::vector<std::string> names;
     for (const Device &d : st.devices) names.push_back(d.name);
     if (int rc = st.links.start(names, on_link_change); rc != 0)

@@ -35,6 +35,9 @@ FailoverConfig failover_config(const Params &params)
     c.stall_timeout_ns = static_cast<uint64_t>(params.stall_timeout_ms) * 1'000'000ull;
     c.probe_interval_ns = static_cast<uint64_t>(params.probe_interval_ms) * 1'000'000ull;
     c.failback_hold_ns = static_cast<uint64_t>(params.failback_hold_ms) * 1'000'000ull;
+    c.window_ns = params.telemetry ? static_cast<uint64_t>(params.window_us) * 1000ull : 0;
+    c.detector.fraction = static_cast<double>(params.degrade_pct) / 100.0;
+    c.detector.k = static_cast<int>(params.degrade_windows);
     return c;
 }
 

@@ -95,12 +95,14 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
 {
     const auto specs = vigil::param_specs();
     // One row per params.def line, in order (update when a variable is added).
-    REQUIRE(specs.size() == 16);
+    REQUIRE(specs.size() == 20);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[9].name == "VIGIL_ABORT_ON_ERROR");
     CHECK(specs[10].name == "VIGIL_BACKUP");
     CHECK(specs[15].name == "VIGIL_FAILBACK_HOLD_MS");
+    CHECK(specs[16].name == "VIGIL_TELEMETRY");
+    CHECK(specs[19].name == "VIGIL_DEGRADE_WINDOWS");
     const vigil::Params defaults;
     for (const ParamSpec &s : specs) {
         INFO(s.name);

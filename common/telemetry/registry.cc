@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// Telemetry registry: shared-memory segment, per-path rings, readers, stale reaping.
+#include "registry.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <mutex>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+
+namespace vigil::telemetry {
+namespace {
+
+std::mutex g_mu;
+
+std::string prefix()
+{
+    return "/dev/shm/vigil-" + std::to_string(getuid()) + "-";
+}
+
+void copy_str(char *dst, size_t n, const std::string &s)
+{
+    std::memset(dst, 0, n);
+    std::memcpy(dst, s.data(), std::min(n - 1, s.size()));
+}
+
+} // namespace
+
+bool pid_alive(int pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+std::vector<std::string> list_registries()
+{
+    std::vector<std::string> out;
+    const std::string pre = prefix();
+    const std::string base = pre.substr(std::string("/dev/shm/").size());
+    DIR *d = opendir("/dev/shm");
+    if (d == nullptr) return out;
+    while (dirent *e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.rfind(base, 0) == 0) out.push_back("/dev/shm/" + name);
+    }
+    closedir(d);
+    return out;
+}
+
+int reap_stale()
+{
+    int n = 0;
+    const std::string pre = prefix();
+    for (const std::string &f : list_registries()) {
+        const int pid = std::atoi(f.c_str() + pre.size());
+        if (!pid_alive(pid) && unlink(f.c_str()) == 0) ++n;
+    }
+    return n;
+}
+
+Registry &Registry::instance()
+{
+    static Registry *r = new Registry; // never destroyed: windows may be pushed at exit
+    return *r;
+}
+
+int Registry::open(uint64_t window_ns, int rank)
+{
+    std::lock_guard<std::mutex> g(g_mu);
+    if (base_.load() != nullptr) return 0;
+    reap_stale();
+    path_ = prefix() + std::to_string(getpid());
+    int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -errno;
+    fchmod(fd, 0600); // owner-only whatever the umask
+    size_ = registry_bytes(kMaxPaths);
+    if (ftruncate(fd, static_cast<off_t>(size_)) != 0) {
+        int rc = -errno;
+        ::close(fd);
+        unlink(path_.c_str());
+        return rc;
+    }
+    void *p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+        unlink(path_.c_str());
+        return -errno;
+    }
+    auto *h = static_cast<RegistryHeader *>(p);
+    std::memcpy(h->magic, kRegistryMagic, sizeof(h->magic));
+    h->version = kRegistryVersion;
+    h->header_size = sizeof(RegistryHeader);
+    h->entry_size = sizeof(PathEntry);
+    h->max_paths = kMaxPaths;
+    h->ring_capacity = kRingCapacity;
+    h->record_size = sizeof(WindowRecord);
+    h->pid = getpid();
+    h->rank = rank;
+    h->start_ns = now_ns();
+    h->window_ns = window_ns;
+    char host[64] = {};
+    gethostname(host, sizeof(host) - 1);
+    copy_str(h->host, sizeof(h->host), host);
+    window_ns_ = window_ns;
+    base_.store(p, std::memory_order_release);
+    return 0;
+}
+
+PathEntry *Registry::acquire(int kind, int slot, int dev, const std::string &dev_name,
+                             const std::string &local, const std::string &peer, uint64_t conn_id)
+{
+    void *base = base_.load(std::memory_order_acquire);
+    if (base == nullptr) return nullptr;
+    std::lock_guard<std::mutex> g(g_mu);
+    auto *h = static_cast<RegistryHeader *>(base);
+    auto *entries = reinterpret_cast<PathEntry *>(static_cast<char *>(base) + sizeof(RegistryHeader));
+    for (uint32_t i = 0; i < kMaxPaths; ++i) {
+        PathEntry &e = entries[i];
+        if (e.in_use.load(std::memory_order_acquire) != 0) continue;
+        e.kind = static_cast<uint8_t>(kind);
+        e.slot = static_cast<uint8_t>(slot);
+        e.state.store(kActive);
+        e.degraded.store(0);
+        e.generation.store(1);
+        e.dev = static_cast<uint32_t>(dev);
+        e.conn_id = conn_id;
+        copy_str(e.dev_name, sizeof(e.dev_name), dev_name);
+        copy_str(e.local, sizeof(e.local), local);
+        copy_str(e.peer, sizeof(e.peer), peer);
+        e.total_bytes.store(0);
+        e.total_ops.store(0);
+        e.failovers.store(0);
+        e.ring.head.store(0);
+        e.ring.tail.store(0);
+        e.ring.dropped.store(0);
+        e.ring.consumer_pid.store(0);
+        e.ring.capacity = kRingCapacity;
+        e.in_use.store(1, std::memory_order_release);
+        if (i + 1 > h->paths_used.load()) h->paths_used.store(i + 1, std::memory_order_release);
+        return &e;
+    }
+    return nullptr;
+}
+
+void Registry::release(PathEntry *e)
+{
+    if (e == nullptr) return;
+    e->state.store(kUnused);
+    e->in_use.store(0, std::memory_order_release);
+}
+
+void ring_push(PathEntry &e, const WindowRecord &w) noexcept
+{
+    RingHeader &r = e.ring;
+    const uint64_t head = r.head.load(std::memory_order_relaxed);
+    const uint32_t consumer = r.consumer_pid.load(std::memory_order_acquire);
+    if (consumer != 0 && head - r.tail.load(std::memory_order_acquire) >= r.capacity) {
+        if (pid_alive(static_cast<int>(consumer))) { // rare: only when full
+            r.dropped.fetch_add(1, std::memory_order_relaxed);
+            return;
+        }
+        r.consumer_pid.store(0, std::memory_order_release); // consumer died: overwrite again
+    }
+    WindowRecord &slot = e.records[head % r.capacity];
+    slot = w;
+    slot.reserved[0] = head; // the ring index, so readers can tell an overwritten slot
+    r.head.store(head + 1, std::memory_order_release);
+    e.total_bytes.fetch_add(w.bytes, std::memory_order_relaxed);
+    e.total_ops.fetch_add(w.ops, std::memory_order_relaxed);
+    e.degraded.store(w.degraded, std::memory_order_relaxed);
+    e.generation.store(w.generation, std::memory_order_relaxed);
+}
+
+void RegistrySink::state(PathState s, uint32_t generation) noexcept
+{
+    if (e_ == nullptr) return;
+    e_->state.store(s, std::memory_order_relaxed);
+    e_->generation.store(generation, std::memory_order_relaxed);
+}
+
+void RegistrySink::push(const WindowRecord &w) noexcept
+{
+    if (e_ != nullptr) ring_push(*e_, w);
+}
+
+void RegistrySink::verdict(bool degraded, const WindowRecord &w) noexcept
+{
+    if (degraded)
+        VLOG_WARN("path degraded: %s: %.1f MB/s over busy time in its last windows, baseline %.1f MB/s",
+                  what_.c_str(), static_cast<double>(w.judged_bps) / 1e6,
+                  static_cast<double>(w.baseline_bps) / 1e6);
+    else
+        VLOG_INFO(NCCL_NET, "path healthy again: %s: %.1f MB/s over busy time, baseline %.1f MB/s",
+                  what_.c_str(), static_cast<double>(w.judged_bps) / 1e6,
+                  static_cast<double>(w.baseline_bps) / 1e6);
+}
+
+RegistryView::~RegistryView()
+{
+    if (base_ != nullptr) munmap(base_, size_);
+}
+
+int RegistryView::open(const std::string &file, std::string *why)
+{
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return *why = strerror(errno), -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(RegistryHeader)) {
+        ::close(fd);
+        return *why = "too small for a registry header", -EBADMSG;
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    base_ = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base_ == MAP_FAILED) {
+        base_ = nullptr;
+        return *why = strerror(errno), -errno;
+    }
+    hdr_ = static_cast<const RegistryHeader *>(base_);
+    auto fail = [&](const char *what) {
+        *why = what;
+        return -EBADMSG;
+    };
+    if (std::memcmp(hdr_->magic, kRegistryMagic, sizeof(kRegistryMagic)) != 0) return fail("bad magic");
+    if (hdr_->version != kRegistryVersion) return fail("unsupported registry version");
+    if (hdr_->header_size != sizeof(RegistryHeader) || hdr_->entry_size != sizeof(PathEntry) ||
+        hdr_->record_size != sizeof(WindowRecord) || hdr_->ring_capacity != kRingCapacity ||
+        hdr_->max_paths == 0 || hdr_->max_paths > kMaxPaths)
+        return fail("layout differs from this build");
+    if (size_ < registry_bytes(hdr_->max_paths)) return fail("segment shorter than its header says");
+    return 0;
+}
+
+uint32_t RegistryView::entries() const
+{
+    return std::min(hdr_->paths_used.load(std::memory_order_acquire), hdr_->max_paths);
+}
+
+const PathEntry &RegistryView::entry(uint32_t i) const
+{
+    return reinterpret_cast<const PathEntry *>(static_cast<const char *>(base_) + sizeof(RegistryHeader))[i];
+}
+
+bool RegistryView::read(const PathEntry &e, uint64_t index, WindowRecord *out)
+{
+    const uint64_t cap = kRingCapacity;
+    const uint64_t head = e.ring.head.load(std::memory_order_acquire);
+    if (index >= head || head - index > cap) return false;
+    std::memcpy(out, &e.records[index % cap], sizeof(*out));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    // The producer rewrites this slot only when publishing index + cap, i.e. once head has
+    // reached index + cap; before that the copy is intact.
+    const uint64_t after = e.ring.head.load(std::memory_order_acquire);
+    return after < index + cap && out->reserved[0] == index;
+}
+
+} // namespace vigil::telemetry

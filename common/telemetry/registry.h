@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// The per-host telemetry registry: one shared-memory segment per process,
+// /dev/shm/vigil-<uid>-<pid>, mode 0600, with a documented, versioned binary layout:
+//
+//   RegistryHeader                       (4 KiB: identity of the process)
+//   PathEntry[max_paths]                 (each: path identity + a single-producer ring of
+//                                         kRingCapacity WindowRecords)
+//
+// Writers: the plugin, one producer per path (the comm owning it, under its lock).
+// Readers: the `vigil` tool, the tuner. Readers never block writers: a reader that peeks
+// detects records overwritten while it copied them; one reader may register as the ring's
+// consumer, and then the producer drops windows when that consumer falls behind and counts
+// them in `dropped`. Segments of processes that no longer exist are removed by reap_stale().
+// All multi-byte fields are little-endian (the host's; x86-64 and aarch64).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "window.h"
+
+namespace vigil::telemetry {
+
+inline constexpr char kRegistryMagic[8] = {'V', 'G', 'L', 'R', 'E', 'G', '0', '1'};
+inline constexpr uint32_t kRegistryVersion = 1;
+inline constexpr uint32_t kRingCapacity = 512; // windows per path (0.5 s at 1 ms)
+inline constexpr uint32_t kMaxPaths = 256;
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory atomics");
+
+/// Ring control block (64 bytes).
+struct RingHeader {
+    std::atomic<uint64_t> head;         ///< records published so far (producer)
+    std::atomic<uint64_t> tail;         ///< records taken by the registered consumer
+    std::atomic<uint64_t> dropped;      ///< windows not published: the consumer was full
+    std::atomic<uint32_t> consumer_pid; ///< 0: no consumer, the oldest record is overwritten
+    uint32_t capacity;
+    uint64_t reserved[4];
+};
+static_assert(sizeof(RingHeader) == 64);
+
+/// One path of one connection (send or receive side).
+struct PathEntry {
+    std::atomic<uint32_t> in_use; ///< 1 while a live path owns the entry (written last)
+    uint8_t kind;                 ///< 0 send, 1 receive
+    uint8_t slot;                 ///< 0 primary, 1 backup
+    std::atomic<uint8_t> state;   ///< PathState
+    std::atomic<uint8_t> degraded;
+    std::atomic<uint32_t> generation;
+    uint32_t dev;                 ///< local NCCL device index
+    uint64_t conn_id;             ///< pairs the paths of one connection in this process
+    char dev_name[16];
+    char local[64];               ///< local endpoint
+    char peer[64];                ///< remote endpoint
+    std::atomic<uint64_t> total_bytes;
+    std::atomic<uint64_t> total_ops;
+    std::atomic<uint64_t> failovers; ///< times this path stopped being active by failure
+    uint64_t reserved[6];
+    RingHeader ring;
+    WindowRecord records[kRingCapacity];
+};
+
+/// Segment header (padded to 4 KiB).
+struct RegistryHeader {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint32_t entry_size;
+    uint32_t max_paths;
+    uint32_t ring_capacity;
+    uint32_t record_size;
+    int32_t pid;
+    int32_t rank; ///< -1 unknown
+    uint64_t start_ns;
+    uint64_t window_ns;
+    char host[64];
+    std::atomic<uint32_t> paths_used; ///< high-water mark of entries handed out
+    uint8_t pad[4096 - 8 - 6 * 4 - 2 * 4 - 2 * 8 - 64 - 4];
+};
+static_assert(sizeof(RegistryHeader) == 4096);
+
+/// Bytes of a segment with `max_paths` entries.
+constexpr size_t registry_bytes(uint32_t max_paths)
+{
+    return sizeof(RegistryHeader) + static_cast<size_t>(max_paths) * sizeof(PathEntry);
+}
+
+/// The producer side, one per process. Thread-safe (acquire/release take a lock; pushing a
+/// window to an entry's ring is lock-free and single-producer per entry).
+class Registry
+{
+public:
+    static Registry &instance();
+    /// Creates this process's segment (idempotent); reaps stale ones first. Returns 0 or
+    /// -errno (telemetry then stays off; the data path does not care).
+    int open(uint64_t window_ns, int rank);
+    bool is_open() const { return base_ != nullptr; }
+    uint64_t window_ns() const { return window_ns_; }
+    /// A free entry for a new path, or nullptr (registry closed or full).
+    PathEntry *acquire(int kind, int slot, int dev, const std::string &dev_name,
+                       const std::string &local, const std::string &peer, uint64_t conn_id);
+    void release(PathEntry *e);
+    std::string path() const { return path_; }
+
+private:
+    std::atomic<void *> base_{nullptr};
+    size_t size_ = 0;
+    uint64_t window_ns_ = 0;
+    std::string path_;
+};
+
+/// Pushes windows into an entry's ring. Wait-free; single producer.
+void ring_push(PathEntry &e, const WindowRecord &w) noexcept;
+
+/// A WindowSink writing to a registry entry and logging verdict changes once.
+class RegistrySink final : public WindowSink
+{
+public:
+    explicit RegistrySink(PathEntry *e, std::string what) : e_(e), what_(std::move(what)) {}
+    void push(const WindowRecord &w) noexcept override;
+    void verdict(bool degraded, const WindowRecord &w) noexcept override;
+    void state(PathState s, uint32_t generation) noexcept override;
+
+private:
+    PathEntry *e_;
+    std::string what_;
+};
+
+// ---- readers ----------------------------------------------------------------------------
+
+/// A read-only mapping of one process's segment, validated before use.
+class RegistryView
+{
+public:
+    ~RegistryView();
+    /// Maps `file` and checks magic, version and every size field against this build's
+    /// layout (a segment that disagrees is refused with *why). Returns 0 or -errno.
+    int open(const std::string &file, std::string *why);
+    const RegistryHeader &header() const { return *hdr_; }
+    uint32_t entries() const;
+    const PathEntry &entry(uint32_t i) const;
+    /// Copies record `index` of `e`'s ring into *out. False when it is not published yet
+    /// or was (or is being) overwritten.
+    static bool read(const PathEntry &e, uint64_t index, WindowRecord *out);
+
+private:
+    void *base_ = nullptr;
+    size_t size_ = 0;
+    const RegistryHeader *hdr_ = nullptr;
+};
+
+/// Segment files of this user in /dev/shm ("/dev/shm/vigil-<uid>-<pid>").
+std::vector<std::string> list_registries();
+/// Removes segments of this user whose process no longer exists. Returns how many.
+int reap_stale();
+/// True when pid `pid` exists.
+bool pid_alive(int pid);
+
+} // namespace vigil::telemetry

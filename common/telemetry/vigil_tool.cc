@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: Apache-2.0
+// `vigil`: reads the per-host telemetry registry of every process of this user.
+//   vigil dump [--windows N] [--follow SECONDS]   JSONL: one "path" record per path, then its
+//                                                 windows (newest N; --follow: new ones)
+//   vigil top [--once] [--interval S]             live per-path table
+//   vigil export [--listen ADDR:PORT] [--extra]   Prometheus text exposition over HTTP
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "registry.h"
+
+namespace {
+
+using namespace vigil::telemetry;
+using nlohmann::json;
+
+struct Process {
+    std::string file;
+    std::unique_ptr<RegistryView> view;
+};
+
+std::vector<Process> open_all()
+{
+    reap_stale();
+    std::vector<Process> out;
+    for (const std::string &f : list_registries()) {
+        auto v = std::make_unique<RegistryView>();
+        std::string why;
+        if (v->open(f, &why) != 0) {
+            std::fprintf(stderr, "vigil: skipping %s: %s\n", f.c_str(), why.c_str());
+            continue;
+        }
+        out.push_back({f, std::move(v)});
+    }
+    return out;
+}
+
+const char *state_name(int s)
+{
+    switch (s) {
+    case kActive: return "active";
+    case kStandby: return "standby";
+    case kDead: return "dead";
+    default: return "unused";
+    }
+}
+
+json path_json(const RegistryHeader &h, uint32_t i, const PathEntry &e)
+{
+    return json{{"type", "path"},
+                {"host", std::string(h.host, strnlen(h.host, sizeof(h.host)))},
+                {"pid", h.pid},
+                {"rank", h.rank},
+                {"path", i},
+                {"kind", e.kind == 0 ? "send" : "recv"},
+                {"slot", e.slot == 0 ? "primary" : "backup"},
+                {"device", std::string(e.dev_name, strnlen(e.dev_name, sizeof(e.dev_name)))},
+                {"local", std::string(e.local, strnlen(e.local, sizeof(e.local)))},
+                {"peer", std::string(e.peer, strnlen(e.peer, sizeof(e.peer)))},
+                {"conn", e.conn_id},
+                {"state", state_name(e.state.load())},
+                {"degraded", e.degraded.load() != 0},
+                {"generation", e.generation.load()},
+                {"bytes_total", e.total_bytes.load()},
+                {"ops_total", e.total_ops.load()},
+                {"failovers_total", e.failovers.load()},
+                {"windows", e.ring.head.load()},
+                {"windows_dropped", e.ring.dropped.load()}};
+}
+
+json window_json(const RegistryHeader &h, uint32_t i, const WindowRecord &w)
+{
+    return json{{"type", "window"},       {"pid", h.pid},
+                {"path", i},              {"seq", w.seq},
+                {"start_ns", w.start_ns}, {"window_us", w.window_us},
+                {"generation", w.generation}, {"bytes", w.bytes},
+                {"ops", w.ops},           {"busy_ns", w.busy_ns},
+                {"busy_bw_Bps", w.busy_bandwidth()}, {"lat_p50_ns", w.lat_p50_ns},
+                {"lat_p99_ns", w.lat_p99_ns}, {"lat_max_ns", w.lat_max_ns},
+                {"peak_inflight_bytes", w.peak_inflight_bytes}, {"replays", w.replays},
+                {"errors", w.errors},     {"state", state_name(w.state)},
+                {"degraded", w.degraded != 0}, {"baseline_Bps", w.baseline_bps}};
+}
+
+int dump(int windows, double follow_s)
+{
+    auto procs = open_all();
+    std::map<std::pair<int, uint32_t>, uint64_t> next; // (pid, path) -> next ring index
+    for (Process &p : procs) {
+        const RegistryHeader &h = p.view->header();
+        for (uint32_t i = 0; i < p.view->entries(); ++i) {
+            const PathEntry &e = p.view->entry(i);
+            if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+            std::puts(path_json(h, i, e).dump().c_str());
+            const uint64_t head = e.ring.head.load(std::memory_order_acquire);
+            const uint64_t from = head > static_cast<uint64_t>(windows) ? head - windows : 0;
+            for (uint64_t k = from; k < head; ++k) {
+                WindowRecord w;
+                if (RegistryView::read(e, k, &w)) std::puts(window_json(h, i, w).dump().c_str());
+            }
+            next[{h.pid, i}] = head;
+        }
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(follow_s);
+    while (follow_s > 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        for (Process &p : procs) {
+            const RegistryHeader &h = p.view->header();
+            for (uint32_t i = 0; i < p.view->entries(); ++i) {
+                const PathEntry &e = p.view->entry(i);
+                if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+                uint64_t &k = next[{h.pid, i}];
+                const uint64_t head = e.ring.head.load(std::memory_order_acquire);
+                if (head - k > kRingCapacity) k = head - kRingCapacity; // fell behind: skip
+                for (; k < head; ++k) {
+                    WindowRecord w;
+                    if (RegistryView::read(e, k, &w)) std::puts(window_json(h, i, w).dump().c_str());
+                }
+            }
+        }
+        std::fflush(stdout);
+    }
+    return 0;
+}
+
+/// Aggregate of a path's most recent windows (up to `span_ns` of them).
+struct Recent {
+    double bw = 0;      // busy-time bandwidth, bytes/s
+    double rate = 0;    // bytes/s over the span
+    uint64_t p99 = 0;
+    uint64_t inflight = 0;
+};
+Recent recent(const PathEntry &e, uint64_t span_ns)
+{
+    Recent r;
+    const uint64_t head = e.ring.head.load(std::memory_order_acquire);
+    uint64_t bytes = 0, busy = 0, first = 0, last = 0;
+    for (uint64_t k = head; k-- > 0 && head - k <= kRingCapacity;) {
+        WindowRecord w;
+        if (!RegistryView::read(e, k, &w)) break;
+        if (last == 0) last = w.start_ns + w.window_us * 1000ull;
+        if (last - w.start_ns > span_ns) break;
+        first = w.start_ns;
+        bytes += w.bytes;
+        busy += w.busy_ns;
+        r.p99 = std::max(r.p99, w.lat_p99_ns);
+        r.inflight = std::max(r.inflight, w.peak_inflight_bytes);
+    }
+    if (busy) r.bw = static_cast<double>(bytes) * 1e9 / static_cast<double>(busy);
+    if (last > first) r.rate = static_cast<double>(bytes) * 1e9 / static_cast<double>(last - first);
+    return r;
+}
+
+int top(bool once, double interval)
+{
+    for (;;) {
+        auto procs = open_all();
+        if (!once) std::printf("\033[H\033[2J");
+        std::printf("%-7s %-4s %-7s %-6s %-22s %-22s %-7s %3s %10s %10s %9s %4s\n", "pid", "kind", "slot",
+                    "dev", "local", "peer", "state", "gen", "MB/s", "busyMB/s", "p99_us", "degr");
+        for (Process &p : procs) {
+            const RegistryHeader &h = p.view->header();
+            for (uint32_t i = 0; i < p.view->entries(); ++i) {
+                const PathEntry &e = p.view->entry(i);
+                if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+                const Recent r = recent(e, static_cast<uint64_t>(interval * 1e9));
+                std::printf("%-7d %-4s %-7s %-6.6s %-22.22s %-22.22s %-7s %3u %10.1f %10.1f %9.1f %4s\n", h.pid,
+                            e.kind == 0 ? "send" : "recv", e.slot == 0 ? "primary" : "backup", e.dev_name,
+                            e.local, e.peer, state_name(e.state.load()), e.generation.load(), r.rate / 1e6,
+                            r.bw / 1e6, static_cast<double>(r.p99) / 1e3, e.degraded.load() ? "YES" : "-");
+            }
+        }
+        std::fflush(stdout);
+        if (once) return 0;
+        std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+    }
+}
+
+std::string label_value(const char *s, size_t n)
+{
+    std::string out;
+    for (size_t i = 0; i < n && s[i] != '\0'; ++i) {
+        if (s[i] == '\\' || s[i] == '"') out += '\\';
+        if (s[i] == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += s[i];
+    }
+    return out;
+}
+
+std::string metrics(bool extra)
+{
+    struct Family {
+        const char *name, *type, *help;
+    };
+    std::vector<Family> fams = {
+        {"vigil_path_bytes_total", "counter", "Bytes completed on the path."},
+        {"vigil_path_failovers_total", "counter", "Times the path stopped carrying traffic because it failed."},
+        {"vigil_path_state", "gauge", "1 active, 2 standby, 3 dead."},
+        {"vigil_path_degraded", "gauge", "1 while the degraded-path detector flags the path."},
+        {"vigil_path_busy_bandwidth_bytes", "gauge", "Bandwidth over busy time in the last second, bytes/s."},
+        {"vigil_registry_windows_dropped_total", "counter", "Windows dropped because the ring's consumer fell behind."},
+    };
+    if (extra) {
+        fams.push_back({"vigil_path_latency_p99_seconds", "gauge", "Worst window p99 completion latency in the last second."});
+        fams.push_back({"vigil_path_generation", "gauge", "Connection generation (failovers and failbacks bump it)."});
+        fams.push_back({"vigil_path_peak_inflight_bytes", "gauge", "Peak bytes in flight in the last second."});
+    }
+    std::map<std::string, std::string> body;
+    for (Process &p : open_all()) {
+        const RegistryHeader &h = p.view->header();
+        for (uint32_t i = 0; i < p.view->entries(); ++i) {
+            const PathEntry &e = p.view->entry(i);
+            if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+            const std::string labels =
+                "{host=\"" + label_value(h.host, sizeof(h.host)) + "\",pid=\"" + std::to_string(h.pid) +
+                "\",device=\"" + label_value(e.dev_name, sizeof(e.dev_name)) + "\",peer=\"" +
+                label_value(e.peer, sizeof(e.peer)) + "\",kind=\"" + (e.kind == 0 ? "send" : "recv") +
+                "\",slot=\"" + (e.slot == 0 ? "primary" : "backup") + "\"}";
+            const Recent r = recent(e, 1'000'000'000ull);
+            auto put = [&](const char *name, double v) {
+                char num[64];
+                std::snprintf(num, sizeof(num), "%.17g", v);
+                body[name] += std::string(name) + labels + " " + num + "\n";
+            };
+            put("vigil_path_bytes_total", static_cast<double>(e.total_bytes.load()));
+            put("vigil_path_failovers_total", static_cast<double>(e.failovers.load()));
+            put("vigil_path_state", e.state.load());
+            put("vigil_path_degraded", e.degraded.load());
+            put("vigil_path_busy_bandwidth_bytes", r.bw);
+            put("vigil_registry_windows_dropped_total", static_cast<double>(e.ring.dropped.load()));
+            if (extra) {
+                put("vigil_path_latency_p99_seconds", static_cast<double>(r.p99) / 1e9);
+                put("vigil_path_generation", e.generation.load());
+                put("vigil_path_peak_inflight_bytes", static_cast<double>(r.inflight));
+            }
+        }
+    }
+    std::string out;
+    for (const Family &f : fams) {
+        out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
+        out += body[f.name];
+    }
+    return out;
+}
+
+int serve(const std::string &listen, bool extra)
+{
+    const size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) {
+        std::fprintf(stderr, "vigil export: --listen wants ADDR:PORT\n");
+        return 2;
+    }
+    httplib::Server svr;
+    svr.Get("/metrics", [extra](const httplib::Request &, httplib::Response &res) {
+        res.set_content(metrics(extra), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    const std::string host = listen.substr(0, colon);
+    const int port = std::atoi(listen.c_str() + colon + 1);
+    std::fprintf(stderr, "vigil export: serving http://%s:%d/metrics\n", host.c_str(), port);
+    if (!svr.listen(host.c_str(), port)) {
+        std::fprintf(stderr, "vigil export: cannot listen on %s\n", listen.c_str());
+        return 1;
+    }
+    return 0;
+}
+
+[[noreturn]] void usage(int rc)
+{
+    std::fprintf(rc ? stderr : stdout,
+                 "usage: vigil dump [--windows N] [--follow SECONDS]\n"
+                 "       vigil top [--once] [--interval SECONDS]\n"
+                 "       vigil export [--listen ADDR:PORT] [--extra]   (default 127.0.0.1:9464)\n"
+                 "Reads /dev/shm/vigil-<uid>-<pid>, the telemetry registry of every NCCL process of\n"
+                 "this user that loaded the Vigil net plugin.\n");
+    std::exit(rc);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) usage(2);
+    const std::string cmd = argv[1];
+    int windows = 64;
+    double follow = 0, interval = 1;
+    bool once = false, extra = false;
+    std::string listen = "127.0.0.1:9464";
+    for (int i = 2; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> const char * {
+            if (i + 1 >= argc) usage(2);
+            return argv[++i];
+        };
+        if (a == "--windows") windows = std::atoi(next());
+        else if (a == "--follow") follow = std::atof(next());
+        else if (a == "--once") once = true;
+        else if (a == "--interval") interval = std::max(0.1, std::atof(next()));
+        else if (a == "--listen") listen = next();
+        else if (a == "--extra") extra = true;
+        else usage(2);
+    }
+    if (cmd == "dump") return dump(std::max(0, windows), follow);
+    if (cmd == "top") return top(once, interval);
+    if (cmd == "export") return serve(listen, extra);
+    if (cmd == "--help" || cmd == "-h") usage(0);
+    usage(2);
+}

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+// Telemetry windows and the degraded-path detector.
+#include "window.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace vigil::telemetry {
+
+int DegradeDetector::feed(const WindowRecord &w)
+{
+    const double window_ns = static_cast<double>(w.window_us) * 1e3;
+    if (static_cast<double>(w.busy_ns) < cfg_.min_busy * window_ns) return 0; // idle: no evidence
+    const int k = std::clamp(cfg_.k, 1, kMaxK);
+    if (n_ == k) {
+        sum_bytes_ -= bytes_[pos_];
+        sum_busy_ -= busy_[pos_];
+    } else {
+        ++n_;
+    }
+    bytes_[pos_] = w.bytes;
+    busy_[pos_] = w.busy_ns;
+    sum_bytes_ += w.bytes;
+    sum_busy_ += w.busy_ns;
+    pos_ = (pos_ + 1) % k;
+    ++since_change_;
+    if (n_ < k || sum_busy_ == 0) return 0;
+    const double bw = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
+    const bool slow = healthy_seen_ >= cfg_.warmup && bw < cfg_.fraction * baseline_;
+    if (!degraded_) {
+        if (slow && since_change_ >= k) {
+            degraded_ = true;
+            since_change_ = 0;
+            return +1;
+        }
+        if (!slow) {
+            baseline_ = healthy_seen_ == 0 ? bw : (1 - cfg_.ewma_alpha) * baseline_ + cfg_.ewma_alpha * bw;
+            if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
+            ++healthy_seen_;
+        }
+        return 0;
+    }
+    if (!slow && since_change_ >= k) {
+        degraded_ = false;
+        since_change_ = 0;
+        return -1;
+    }
+    return 0;
+}
+
+PathMeter::PathMeter(uint64_t window_ns, WindowSink *sink, const DetectorConfig &det)
+    : window_ns_(window_ns), sink_(sink), detector_(det)
+{
+}
+
+void PathMeter::advance(uint64_t now)
+{
+    if (!started_) {
+        started_ = true;
+        start_ = now - now % window_ns_;
+        end_ = start_ + window_ns_;
+        return;
+    }
+    while (now >= end_) {
+        close_window();
+        start_ = end_;
+        end_ += window_ns_;
+        // Nothing in flight and nothing recorded: skip the idle stretch in one step.
+        if (inflight_ops_ == 0 && now >= end_) {
+            start_ = now - now % window_ns_;
+            end_ = start_ + window_ns_;
+        }
+    }
+}
+
+void PathMeter::close_window()
+{
+    if (inflight_ops_ > 0) {
+        cur_.busy_ns += end_ - std::max(busy_since_, start_);
+        busy_since_ = end_;
+    }
+    const bool empty = cur_.ops == 0 && cur_.busy_ns == 0 && cur_.replays == 0 && cur_.errors == 0;
+    if (!empty) {
+        cur_.seq = seq_++;
+        cur_.start_ns = start_;
+        cur_.window_us = static_cast<uint32_t>(window_ns_ / 1000);
+        cur_.generation = gen_;
+        cur_.lat_p50_ns = hist_.percentile(0.5);
+        cur_.lat_p99_ns = hist_.percentile(0.99);
+        cur_.lat_max_ns = hist_.max();
+        cur_.state = state_;
+        const int change = detector_.feed(cur_);
+        cur_.degraded = detector_.degraded() ? 1 : 0;
+        cur_.baseline_bps = static_cast<uint64_t>(detector_.baseline());
+        cur_.judged_bps = static_cast<uint64_t>(detector_.judged());
+        if (sink_ != nullptr) {
+            sink_->push(cur_);
+            if (change != 0) sink_->verdict(change > 0, cur_);
+        }
+    }
+    std::memset(&cur_, 0, sizeof(cur_));
+    cur_.peak_inflight_bytes = inflight_bytes_;
+    hist_.reset();
+}
+
+void PathMeter::on_post(uint64_t now, uint64_t bytes)
+{
+    advance(now);
+    if (inflight_ops_++ == 0) busy_since_ = now;
+    inflight_bytes_ += bytes;
+    cur_.peak_inflight_bytes = std::max(cur_.peak_inflight_bytes, inflight_bytes_);
+}
+
+void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
+{
+    advance(now);
+    cur_.bytes += bytes;
+    ++cur_.ops;
+    hist_.add(now > posted_at ? now - posted_at : 0);
+    if (inflight_ops_ == 0) return; // completion of an op posted before this meter existed
+    inflight_bytes_ -= std::min(bytes, inflight_bytes_);
+    if (--inflight_ops_ == 0) cur_.busy_ns += now - std::max(busy_since_, start_);
+}
+
+void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
+{
+    advance(now);
+    if (inflight_ops_ == 0) return;
+    inflight_bytes_ -= std::min(bytes, inflight_bytes_);
+    inflight_ops_ -= std::min(n, inflight_ops_);
+    if (inflight_ops_ == 0) cur_.busy_ns += now - std::max(busy_since_, start_);
+}
+
+void PathMeter::on_replay(uint64_t now, uint32_t n)
+{
+    advance(now);
+    cur_.replays += n;
+}
+
+void PathMeter::on_error(uint64_t now)
+{
+    advance(now);
+    ++cur_.errors;
+}
+
+void PathMeter::set_state(uint64_t now, PathState s, uint32_t generation)
+{
+    advance(now);
+    state_ = s;
+    gen_ = generation;
+    if (sink_ != nullptr) sink_->state(s, generation);
+}
+
+} // namespace vigil::telemetry
