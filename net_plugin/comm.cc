@@ -40,15 +40,20 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
 
 int Comm::attach() noexcept
 {
-    ProgressEngine::instance().add_ticker(this);
-    std::lock_guard<std::mutex> g(mu_);
-    for (size_t i = 0; i < nfds(); ++i) {
-        int rc = ProgressEngine::instance().add(fd(i), this);
-        if (rc != 0) {
-            for (size_t k = 0; k < i; ++k) ProgressEngine::instance().remove(fd(k));
-            return rc;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        for (size_t i = 0; i < nfds(); ++i) {
+            int rc = ProgressEngine::instance().add(fd(i), this);
+            if (rc != 0) {
+                for (size_t k = 0; k < i; ++k) ProgressEngine::instance().remove(fd(k));
+                ProgressEngine::instance().quiesce();
+                return rc;
+            }
         }
     }
+    // Last: from here on the engine may call in (callers must not hold locks the comm's
+    // progress takes, such as a listener's).
+    ProgressEngine::instance().add_ticker(this);
     return 0;
 }
 
@@ -263,7 +268,12 @@ int SendComm::isend(const void *data, size_t size, int tag, Request **out) noexc
                   static_cast<unsigned long long>(kMaxMessageBytes), describe().c_str());
         return -EMSGSIZE;
     }
-    if (next_seq_ - acked_ >= kMaxInflight) return 0;
+    // A slot is reused only when it is acked *and* no path still reads it (a stream can be
+    // mid-frame on a message the receiver already completed from another path).
+    uint64_t floor = acked_;
+    for (const Slot &sl : slots_)
+        if (sl.alive) floor = std::min(floor, sl.path->oldest_referenced());
+    if (next_seq_ - floor >= kMaxInflight) return 0;
     const size_t i = next_seq_ % kMaxInflight;
     Request &r = reqs_[i];
     if (r.state.load(std::memory_order_acquire) != Request::kFree) return 0; // not tested yet
@@ -440,9 +450,9 @@ void SendComm::progress_locked() noexcept
                 s.alive = false;
                 for (size_t k = 0; k < s.path->nfds(); ++k) ProgressEngine::instance().remove(s.path->fd(k));
             }
-        } else if (st.failover_requested && i != active_ && st.requested_gen == gen_ &&
-                   slots_[active_].alive) {
-            failover_locked(active_, "the receiver saw its port fail");
+        } else if (st.failover_requested && st.failed_slot < kMaxPaths &&
+                   static_cast<int>(st.failed_slot) != i && slots_[st.failed_slot].alive) {
+            failover_locked(static_cast<int>(st.failed_slot), "the receiver saw its port fail");
         }
     }
     if (ack > next_seq_) {
@@ -458,8 +468,10 @@ void SendComm::progress_locked() noexcept
         reqs_[i].state.store(Request::kDone, std::memory_order_release);
     }
     acked_ = ack;
-    for (Slot &sl : slots_)
+    for (Slot &sl : slots_) {
+        if (sl.alive) sl.path->skip_to(acked_);
         if (sl.tm) sl.tm->meter.advance(later);
+    }
     if (failover_timing_ && acked_ >= failover_probe_seq_) {
         failover_timing_ = false;
         VLOG_INFO(NCCL_NET, "host %s: first replayed message acknowledged %.1f us after the "
@@ -556,7 +568,7 @@ void RecvComm::fail_path(int slot, const std::string &cause) noexcept
     std::lock_guard<std::mutex> g(mu_);
     if (slot < 0 || slot >= kMaxPaths || !paths_[slot].alive) return;
     for (int i = 0; i < kMaxPaths; ++i)
-        if (i != slot && paths_[i].alive) paths_[i].path->request_failover(gen_);
+        if (i != slot && paths_[i].alive) paths_[i].path->request_failover(static_cast<uint32_t>(slot));
     lose_path_locked(slot, cause, false);
     progress_locked();
 }
@@ -568,7 +580,7 @@ void RecvComm::port_down(int dev, const std::string &cause) noexcept
         if (!paths_[slot].alive || paths_[slot].path->local_dev() != dev) continue;
         for (int i = 0; i < kMaxPaths; ++i)
             if (i != slot && paths_[i].alive && paths_[i].path->local_dev() != dev)
-                paths_[i].path->request_failover(gen_);
+                paths_[i].path->request_failover(static_cast<uint32_t>(slot));
         lose_path_locked(slot, cause, false);
     }
     progress_locked();

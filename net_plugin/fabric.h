@@ -62,8 +62,8 @@ struct PathStatus {
     int error = 0;            ///< 0, or -errno of the first fatal error on this path
     bool peer_closed = false; ///< orderly EOF from the peer at a message boundary
     bool heard = false;       ///< bytes arrived from the peer during this call
-    bool failover_requested = false; ///< send side: the receiver asked to leave this path
-    uint32_t requested_gen = 0;      ///< ... for this generation
+    bool failover_requested = false; ///< send side: the receiver asked to leave a path
+    uint32_t failed_slot = 0;        ///< ... this one (kPrimary/kBackup), whose port it saw fail
     std::string detail;       ///< with error: what happened, for the one WARN line
 };
 
@@ -87,6 +87,11 @@ public:
     virtual void sabotage() = 0;
     /// Local NCCL device index this path leaves from.
     virtual int local_dev() const = 0;
+    /// Lowest seq whose payload or descriptor this path may still read (UINT64_MAX when it
+    /// holds none). The comm never reuses a message slot at or above it.
+    virtual uint64_t oldest_referenced() const { return ~0ull; }
+    /// Every seq below `seq` is acknowledged: streams standing between frames may skip them.
+    virtual void skip_to(uint64_t /*seq*/) {}
     /// Moves bytes without blocking and collects acks. *acked_seq is raised to the
     /// receiver's cumulative ack (every seq below it is held by the receiver).
     virtual PathStatus progress(uint64_t *acked_seq) = 0;
@@ -108,9 +113,10 @@ public:
     /// Tells the sender that every seq below `ack_seq` is held, as seen at generation `gen`.
     /// Coalesces; never blocks.
     virtual void ack(uint64_t ack_seq, uint32_t gen) = 0;
-    /// Asks the sender to leave the path it uses for generation `gen` (sent on this path,
-    /// which must be another one). Never blocks.
-    virtual void request_failover(uint32_t gen) = 0;
+    /// Asks the sender to leave path `failed_slot` of this connection (sent on this path,
+    /// which must be another one). Naming the slot, not a generation, keeps the request valid
+    /// when this side has not seen the sender's newest generation yet. Never blocks.
+    virtual void request_failover(uint32_t failed_slot) = 0;
     /// Re-sends the current ack so the sender hears this path even when nothing completes
     /// (a receiver that has posted nothing must not look like a dead path). Never blocks.
     virtual void heartbeat() = 0;

@@ -18,7 +18,7 @@ public:
     static constexpr int kSubBits = 3;                 // 8 sub-buckets per octave
     static constexpr int kMinShift = 6;                // values < 64 ns share bucket 0
     static constexpr int kOctaves = 32;                // up to 2^38 ns
-    static constexpr int kBuckets = kOctaves << kSubBits;
+    static constexpr int kBuckets = 1 + (kOctaves << kSubBits); // bucket 0: below 64 ns
 
     /// Bucket index of a latency in ns (saturates at both ends).
     static constexpr int bucket_of(uint64_t ns)
@@ -28,12 +28,13 @@ public:
         const int octave = msb - kMinShift;
         if (octave >= kOctaves) return kBuckets - 1;
         const int sub = static_cast<int>((ns >> (msb - kSubBits)) & ((1 << kSubBits) - 1));
-        return (octave << kSubBits) | sub;
+        return 1 + ((octave << kSubBits) | sub);
     }
     /// Largest value that falls into bucket `b` (what percentiles report).
     static constexpr uint64_t upper_of(int b)
     {
         if (b == 0) return (uint64_t{1} << kMinShift) - 1;
+        --b;
         const int octave = b >> kSubBits, sub = b & ((1 << kSubBits) - 1);
         const int msb = octave + kMinShift;
         const uint64_t base = uint64_t{1} << msb, step = base >> kSubBits;

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -59,8 +60,12 @@ int reap_stale()
     int n = 0;
     const std::string pre = prefix();
     for (const std::string &f : list_registries()) {
-        const int pid = std::atoi(f.c_str() + pre.size());
-        if (!pid_alive(pid) && unlink(f.c_str()) == 0) ++n;
+        // Only names this code creates: the prefix and a decimal pid, nothing else.
+        const char *digits = f.c_str() + pre.size();
+        char *end = nullptr;
+        const long pid = std::strtol(digits, &end, 10);
+        if (end == digits || *end != '\0' || pid <= 0) continue;
+        if (!pid_alive(static_cast<int>(pid)) && unlink(f.c_str()) == 0) ++n;
     }
     return n;
 }
@@ -258,7 +263,11 @@ bool RegistryView::read(const PathEntry &e, uint64_t index, WindowRecord *out)
     // The producer rewrites this slot only when publishing index + cap, i.e. once head has
     // reached index + cap; before that the copy is intact.
     const uint64_t after = e.ring.head.load(std::memory_order_acquire);
-    return after < index + cap && out->reserved[0] == index;
+    // With a live consumer that has not taken `index` yet, the producer drops instead of
+    // overwriting, so the oldest slot is intact too.
+    const bool held = e.ring.consumer_pid.load(std::memory_order_acquire) != 0 &&
+                      e.ring.tail.load(std::memory_order_acquire) <= index;
+    return (after < index + cap || held) && out->reserved[0] == index;
 }
 
 } // namespace vigil::telemetry

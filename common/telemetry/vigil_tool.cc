@@ -89,7 +89,8 @@ json window_json(const RegistryHeader &h, uint32_t i, const WindowRecord &w)
                 {"lat_p99_ns", w.lat_p99_ns}, {"lat_max_ns", w.lat_max_ns},
                 {"peak_inflight_bytes", w.peak_inflight_bytes}, {"replays", w.replays},
                 {"errors", w.errors},     {"state", state_name(w.state)},
-                {"degraded", w.degraded != 0}, {"baseline_Bps", w.baseline_bps}};
+                {"degraded", w.degraded != 0}, {"baseline_Bps", w.baseline_bps},
+                {"judged_Bps", w.judged_bps}, {"avg_queued_bytes", w.avg_queued_bytes}};
 }
 
 int dump(int windows, double follow_s)

@@ -11,6 +11,7 @@ int DegradeDetector::feed(const WindowRecord &w)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
     if (static_cast<double>(w.busy_ns) < cfg_.min_busy * window_ns) return 0; // idle: no evidence
+    if (w.avg_queued_bytes < cfg_.min_queued_bytes) return 0; // latency-bound: no evidence
     const int k = std::clamp(cfg_.k, 1, kMaxK);
     if (n_ == k) {
         sum_bytes_ -= bytes_[pos_];
@@ -33,7 +34,10 @@ int DegradeDetector::feed(const WindowRecord &w)
             since_change_ = 0;
             return +1;
         }
-        if (!slow) {
+        // The baseline learns only from clearly healthy aggregates (at least midway between the
+        // threshold and the baseline), so a slide into degradation does not drag it down.
+        const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
+        if (!slow && healthy) {
             baseline_ = healthy_seen_ == 0 ? bw : (1 - cfg_.ewma_alpha) * baseline_ + cfg_.ewma_alpha * bw;
             if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
             ++healthy_seen_;
@@ -59,6 +63,7 @@ void PathMeter::advance(uint64_t now)
         started_ = true;
         start_ = now - now % window_ns_;
         end_ = start_ + window_ns_;
+        last_change_ = now;
         return;
     }
     while (now >= end_) {
@@ -69,12 +74,22 @@ void PathMeter::advance(uint64_t now)
         if (inflight_ops_ == 0 && now >= end_) {
             start_ = now - now % window_ns_;
             end_ = start_ + window_ns_;
+            last_change_ = start_;
         }
+    }
+}
+
+void PathMeter::account(uint64_t now)
+{
+    if (now > last_change_) {
+        queued_byte_ns_ += static_cast<double>(inflight_bytes_) * static_cast<double>(now - last_change_);
+        last_change_ = now;
     }
 }
 
 void PathMeter::close_window()
 {
+    account(end_);
     if (inflight_ops_ > 0) {
         cur_.busy_ns += end_ - std::max(busy_since_, start_);
         busy_since_ = end_;
@@ -89,6 +104,8 @@ void PathMeter::close_window()
         cur_.lat_p99_ns = hist_.percentile(0.99);
         cur_.lat_max_ns = hist_.max();
         cur_.state = state_;
+        cur_.avg_queued_bytes =
+            cur_.busy_ns == 0 ? 0 : static_cast<uint64_t>(queued_byte_ns_ / static_cast<double>(cur_.busy_ns));
         const int change = detector_.feed(cur_);
         cur_.degraded = detector_.degraded() ? 1 : 0;
         cur_.baseline_bps = static_cast<uint64_t>(detector_.baseline());
@@ -100,12 +117,14 @@ void PathMeter::close_window()
     }
     std::memset(&cur_, 0, sizeof(cur_));
     cur_.peak_inflight_bytes = inflight_bytes_;
+    queued_byte_ns_ = 0;
     hist_.reset();
 }
 
 void PathMeter::on_post(uint64_t now, uint64_t bytes)
 {
     advance(now);
+    account(now);
     if (inflight_ops_++ == 0) busy_since_ = now;
     inflight_bytes_ += bytes;
     cur_.peak_inflight_bytes = std::max(cur_.peak_inflight_bytes, inflight_bytes_);
@@ -114,6 +133,7 @@ void PathMeter::on_post(uint64_t now, uint64_t bytes)
 void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
 {
     advance(now);
+    account(now);
     cur_.bytes += bytes;
     ++cur_.ops;
     hist_.add(now > posted_at ? now - posted_at : 0);
@@ -125,6 +145,7 @@ void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
 void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
 {
     advance(now);
+    account(now);
     if (inflight_ops_ == 0) return;
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
     inflight_ops_ -= std::min(n, inflight_ops_);

@@ -32,7 +32,7 @@ struct WindowRecord {
     uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time)
     uint64_t reserved[1];   ///< ring index (set by the registry)
     uint64_t judged_bps;    ///< the detector's aggregate over its last k loaded windows
-    uint64_t reserved2;
+    uint64_t avg_queued_bytes; ///< mean bytes in flight while busy
 
     /// Bandwidth over busy time, bytes/s (0 when the path was idle).
     double busy_bandwidth() const
@@ -46,8 +46,9 @@ inline constexpr uint32_t kRecordVersion = 1;
 enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 
 /// Degraded-path detector (design: "Telemetry windows"). Only *loaded* windows count: at
-/// least `min_busy` of the window had data in flight, so idleness is never mistaken for
-/// slowness. The judged value is the busy-time bandwidth aggregated over the last `k` loaded
+/// least `min_busy` of the window had data in flight and, while busy, at least
+/// `min_queued_bytes` were queued on average, so neither idleness nor latency-bound traffic
+/// (a ping-pong keeps one small message in flight half the time) is mistaken for slowness. The judged value is the busy-time bandwidth aggregated over the last `k` loaded
 /// windows (sum of bytes over sum of busy time: single short windows are too lumpy when a
 /// message takes longer than a window). Baseline: EWMA of that value while healthy, capped
 /// by the device's link speed. Degraded when the aggregate falls below `fraction` x
@@ -57,6 +58,7 @@ struct DetectorConfig {
     double fraction = 0.5;
     int k = 8;
     double min_busy = 0.5;
+    uint64_t min_queued_bytes = 64 * 1024;
     double ewma_alpha = 0.05;
     int warmup = 16;             ///< healthy loaded windows before a verdict is possible
     double link_bytes_per_s = 0; ///< 0: no cap
@@ -129,6 +131,9 @@ private:
     DegradeDetector detector_;
     uint64_t start_ = 0, end_ = 0, seq_ = 0;
     uint64_t inflight_ops_ = 0, inflight_bytes_ = 0, busy_since_ = 0;
+    uint64_t last_change_ = 0;      // last time inflight_bytes_ changed (or a window closed)
+    double queued_byte_ns_ = 0;     // integral of inflight_bytes_ over time in this window
+    void account(uint64_t now);     // adds inflight_bytes_ x (now - last_change_)
     WindowRecord cur_{};
     LatencyHistogram hist_;
     PathState state_ = kActive;

@@ -52,6 +52,22 @@ bool TcpSendPath::idle() const
     return true;
 }
 
+uint64_t TcpSendPath::oldest_referenced() const
+{
+    uint64_t oldest = ~0ull;
+    for (const Stream &s : streams_) {
+        Cursor c = s.cur;
+        if (seek(s.index, &c)) oldest = std::min(oldest, c.seq);
+    }
+    return oldest;
+}
+
+void TcpSendPath::skip_to(uint64_t seq)
+{
+    for (Stream &s : streams_)
+        if (s.cur.written == 0 && s.cur.seq < seq) s.cur = Cursor{std::min(seq, end_seq_), 0, false, 0};
+}
+
 void TcpSendPath::probe()
 {
     if (!idle()) return;
@@ -134,7 +150,8 @@ int TcpSendPath::pump(Stream &s, PathStatus *st)
         int niov = 0;
         size_t total = 0;
         Cursor c = s.cur;
-        for (int f = 0; niov + 2 <= kMaxIov && total < kGatherBytes; ++f) {
+        // At most kMaxIov / 2 frames: one header each (an empty frame needs one iovec only).
+        for (int f = 0; f < kMaxIov / 2 && niov + 2 <= kMaxIov && total < kGatherBytes; ++f) {
             if (f > 0 && !seek(s.index, &c)) break;
             FrameHeader h;
             const uint8_t *payload = nullptr;
@@ -200,7 +217,7 @@ int TcpSendPath::read_acks(uint64_t *acked_seq, PathStatus *st)
             st->heard = true;
             if (get_le(ackbuf_.data(), 4) == FailoverRequest::kMagic) {
                 st->failover_requested = true;
-                st->requested_gen = static_cast<uint32_t>(get_le(ackbuf_.data() + 4, 4));
+                st->failed_slot = static_cast<uint32_t>(get_le(ackbuf_.data() + 4, 4));
                 continue;
             }
             // Acks of any generation are true statements about what the receiver holds.
@@ -381,7 +398,7 @@ void TcpRecvPath::flush_ack(PathStatus *st)
         if (ackout_off_ == AckFrame::kSize) {
             if (failover_pending_) {
                 put_le(ackout_.data(), FailoverRequest::kMagic, 4);
-                put_le(ackout_.data() + 4, failover_gen_, 4);
+                put_le(ackout_.data() + 4, failover_slot_, 4);
                 put_le(ackout_.data() + 8, sent_ack_, 8);
                 failover_pending_ = false;
             } else if (pending_ack_ != sent_ack_ || heartbeat_pending_) {

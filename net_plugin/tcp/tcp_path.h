@@ -33,6 +33,8 @@ public:
     void probe() override;
     void sabotage() override;
     int local_dev() const override { return local_dev_; }
+    uint64_t oldest_referenced() const override;
+    void skip_to(uint64_t seq) override;
     PathStatus progress(uint64_t *acked_seq) override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
@@ -92,9 +94,9 @@ public:
         pending_ack_ = ack_seq;
         ack_gen_ = gen;
     }
-    void request_failover(uint32_t gen) override
+    void request_failover(uint32_t failed_slot) override
     {
-        failover_gen_ = gen;
+        failover_slot_ = failed_slot;
         failover_pending_ = true;
     }
     void heartbeat() override { heartbeat_pending_ = true; }
@@ -133,7 +135,7 @@ private:
     uint32_t ack_gen_ = 0;
     bool failover_pending_ = false;
     bool heartbeat_pending_ = false;
-    uint32_t failover_gen_ = 0;
+    uint32_t failover_slot_ = 0;
     std::array<uint8_t, AckFrame::kSize> ackout_{};
     size_t ackout_off_ = AckFrame::kSize; // == kSize: nothing partially written
 };

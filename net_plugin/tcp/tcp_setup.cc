@@ -146,6 +146,8 @@ int TcpListener::pump(uint64_t now)
     }
     std::erase_if(pending_, [](const Pending &p) { return !p.fd; });
     for (Group &g : groups_) {
+        // Connections nobody accepts any more (or late backups) expire; their sockets close.
+        if (!g.rebuild && g.conn_id != 0 && now > g.deadline_ns + kBackupGraceNs) g = Group{};
         if (!g.rebuild || g.conn_id == 0) continue;
         PathFds &pf = g.paths[static_cast<size_t>(g.rebuild_kind)];
         if (pf.count == g.nstreams) {
@@ -175,6 +177,18 @@ bool TcpListener::answer(int fd)
 }
 
 int TcpListener::accept(std::unique_ptr<RecvComm> *out)
+{
+    int rc = accept_locked(out);
+    if (rc == 0 && *out) {
+        if (rc = (*out)->attach(); rc != 0) {
+            VLOG_WARN("accept: progress engine registration failed: %s", strerror(-rc));
+            out->reset();
+        }
+    }
+    return rc;
+}
+
+int TcpListener::accept_locked(std::unique_ptr<RecvComm> *out)
 {
     out->reset();
     std::lock_guard<std::mutex> lock(mu_);
@@ -236,7 +250,9 @@ void TcpListener::take(Pending &p)
         return reject(p, "path rebuild for an unknown connection");
     Group *g = nullptr;
     for (Group &c : groups_)
-        if (c.conn_id == h.conn_id && c.rebuild == rebuild) g = &c;
+        if (c.conn_id == h.conn_id && c.rebuild == rebuild &&
+            (!rebuild || c.rebuild_kind == hello_kind(h.path_kind)))
+            g = &c;
     if (g == nullptr) {
         if (groups_.size() >= kMaxGroups) return reject(p, "too many connections being set up");
         groups_.emplace_back();
@@ -299,12 +315,12 @@ int TcpListener::complete(Group &g, std::unique_ptr<RecvComm> *out)
                        (paths[kBackup] ? ", " + paths[kBackup]->describe() : ", no backup");
     std::vector<int> lfds;
     for (const Listening &l : listening_) lfds.push_back(l.fd.get());
-    auto comm = std::make_unique<RecvComm>(
+    // Not attached here: attach() lets the engine call in, and the engine's progress of this
+    // comm takes mu_ (held now) through the acceptor. accept() attaches after unlocking.
+    *out = std::make_unique<RecvComm>(
         std::move(paths), failover_,
         std::make_unique<TcpAcceptor>(shared_from_this(), conn_id, std::move(lfds)));
-    if (int rc = comm->attach(); rc != 0) return rc;
     VLOG_INFO(NCCL_NET | NCCL_INIT, "accepted %s", desc.c_str());
-    *out = std::move(comm);
     return 0;
 }
 

@@ -91,6 +91,7 @@ private:
     };
 
     int pump(uint64_t now);
+    int accept_locked(std::unique_ptr<RecvComm> *out);
     void reject(Pending &p, const char *why);
     void take(Pending &p);
     int complete(Group &g, std::unique_ptr<RecvComm> *out);

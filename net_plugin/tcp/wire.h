@@ -158,8 +158,8 @@ inline bool hello_rebuild(uint8_t pk) { return (pk & 0x8) != 0; }
 /// carries bytes; the receiver consumes it without asking the core.
 inline constexpr uint64_t kProbeSeq = ~0ull;
 
-/// Receiver -> sender, like an ack (same size and position), asking the sender to leave the
-/// path it uses for generation `gen` because the receiver saw that path's port fail.
+/// Receiver -> sender, like an ack (same size and position), asking the sender to leave path
+/// slot N (bytes [4,8)) because the receiver saw that path's port fail.
 struct FailoverRequest {
     static constexpr uint32_t kMagic = 0x46474c56; // "VLGF"
 };

@@ -176,7 +176,7 @@ public:
                 *acked_seq = std::max(*acked_seq, b.seq);
             } else {
                 st.failover_requested = true;
-                st.requested_gen = b.gen;
+                st.failed_slot = b.gen; // the fake carries the request's value in its gen field
             }
         }
         return st;

@@ -196,7 +196,7 @@ public:
                 *acked_seq = std::max(*acked_seq, b.seq);
             } else {
                 st.failover_requested = true;
-                st.requested_gen = b.gen;
+                st.failed_slot = b.gen; // the fake carries the request's value in its gen field
             }
         }
         st.peer_closed = l_.send_peer_closed;
@@ -870,7 +870,7 @@ TEST_CASE("the receiver's port fails: its failover request moves the sender", "[
     CHECK(n.send->stats().failovers == 0);
 
     n.recv->fail_path(kPrimary, "injected port down");
-    CHECK(n.backup().failover_requests == std::vector<uint32_t>{1});
+    CHECK(n.backup().failover_requests == std::vector<uint32_t>{0}); // names the failed slot: the primary
     CHECK(n.primary().failover_requests.empty());
     n.send->on_ready();
     const auto st = n.send->stats();
@@ -1008,7 +1008,7 @@ TEST_CASE("the receiver's failover request with data in flight: failover, replay
     t.recv({700}, {1}, {0});
     t.send(700, 1);
     n.recv->fail_path(kPrimary, "injected port down");
-    REQUIRE(n.backup().failover_requests == std::vector<uint32_t>{1});
+    REQUIRE(n.backup().failover_requests == std::vector<uint32_t>{0}); // names the failed slot: the primary
     t.poll(); // the request is read on the backup, which then carries the replay
     CHECK(n.send->stats().failovers == 1);
     CHECK(n.send->stats().generation == 2);
@@ -1069,7 +1069,7 @@ TEST_CASE("a port going down moves both ends off its device", "[failover]")
     t.send(1200, 6);
     n.primary().silence();
     n.recv->port_down(10, "injected: dev 10 down");
-    CHECK(n.backup().failover_requests == std::vector<uint32_t>{1});
+    CHECK(n.backup().failover_requests == std::vector<uint32_t>{0}); // names the failed slot: the primary
     n.send->port_down(10, "injected: dev 10 down");
     CHECK(n.send->stats().failovers == 1);
     CHECK(n.send->active_dev() == 11);

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Telemetry in the lab. Every port is shaped to 800 Mbit/s (so ports, not CPUs, set the pace)
+# and host 0 streams 128 KiB messages to host 1.
+#   degrade PCT   host 0's port 0 cut to PCT % mid-run: its send primary path, and no other
+#                 path of any process, is flagged degraded (registry, via `vigil dump`)
+#   idle          the same port cut to 25 %, but only ping-pong traffic (the path is never
+#                 loaded): nothing is flagged
+#   readers       `vigil dump --follow` and `vigil export` run through a failover: the job
+#                 stays exact, every dump line parses as JSON, the exposition parses strictly
+source "$(dirname "$0")/../functional/lib.sh"
+need_root_lab
+if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 2 -P 2 -- "$0" "$@"; fi
+VIGIL=${VIGIL_BIN:?VIGIL_BIN not set}
+export NCCL_DEBUG=INFO VIGIL_WINDOW_US=5000 VIGIL_DEGRADE_PCT=70
+for h in 0 1; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 800mbit; done; done
+
+start() { # WORKLOAD ARGS...
+    RUN_ID=$((RUN_ID + 1)); OUT="$TMP/out.$RUN_ID"; local rdv="unix:$TMP/rdv.$RUN_ID.sock" r
+    PIDS=()
+    for r in 1 0; do
+        "$NETLAB_SH" exec "$r" -- "$NETBENCH_BIN" --plugin "$NETBENCH_PLUGIN" --rank "$r" --nranks 2 \
+            --rendezvous "$rdv" --timeout 120 "$@" >"$OUT.rank$r" 2>"$OUT.err.$r" &
+        PIDS[r]=$!
+    done
+    until grep -q "accepted primary" "$OUT.err.0" 2>/dev/null; do sleep 0.05; done
+}
+stop() { for r in 0 1; do kill "${PIDS[r]}" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# flagged: "pid kind slot device" of every path flagged degraded right now.
+flagged() {
+    "$VIGIL" dump --windows 0 | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["type"] == "path" and r["degraded"] and r["state"] != "unused":
+        print(r["pid"], r["kind"], r["slot"], r["device"])'
+}
+sender_pid() { pgrep -f -- "--rank 0 --nranks 2 --rendezvous unix:$TMP/rdv.$RUN_ID.sock" | while read -r p; do
+    [[ $(cat /proc/$p/comm) == vigil-netbench ]] && echo "$p"; done | head -1; }
+
+case $1 in
+degrade)
+    pct=$2; rate=$((800 * pct / 100))mbit
+    start --workload bandwidth --bytes 128K --iters 1000000
+    sleep 2.5
+    [[ -z $(flagged) ]] || fail "a path was flagged before any degradation: $(flagged)"
+    "$NETLAB_SH" degrade 0 0 "$rate"
+    for _ in $(seq 40); do [[ -n $(flagged) ]] && break; sleep 0.1; done
+    got=$(flagged); pid=$(sender_pid)
+    stop
+    echo "flagged after cutting host 0 port 0 to $rate: $got"
+    [[ $got == "$pid send primary eth0" ]] || fail "expected exactly '$pid send primary eth0' flagged, got '$got'"
+    grep -q "path degraded: send primary dev eth0" "$OUT.err.0" || fail "no WARN for the degraded path"
+    ;;
+idle)
+    "$NETLAB_SH" degrade 0 0 200mbit
+    start --workload latency --bytes 8 --iters 20000
+    sleep 3
+    got=$(flagged)
+    stop
+    [[ -z $got ]] || fail "an unloaded path was flagged: $got"
+    if grep -h "path degraded" "$OUT".err.*; then fail "a degraded WARN for an unloaded path"; fi
+    ;;
+readers)
+    port=$((19000 + RANDOM % 1000))
+    "$VIGIL" export --listen "127.0.0.1:$port" 2>/dev/null & exp=$!
+    start --workload allreduce --bytes 16M --iters 30
+    "$VIGIL" dump --follow 4 >"$TMP/follow.jsonl" & dmp=$!
+    sleep 0.8; "$NETLAB_SH" fail 0 0; sleep 0.5; "$NETLAB_SH" restore 0 0
+    python3 - "$port" <<'PY' || fail "bad exposition"
+import re, sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+name = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+label = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+sample = re.compile(rf"^({name})(\{{{label}(,{label})*\}})? (-?[0-9.eE+-]+|NaN|[+-]Inf)$")
+types, seen = {}, set()
+for line in text.splitlines():
+    if line.startswith("# HELP "):
+        assert re.match(rf"^# HELP {name} .+$", line), line
+    elif line.startswith("# TYPE "):
+        m = re.match(rf"^# TYPE ({name}) (counter|gauge|histogram|summary|untyped)$", line)
+        assert m and m.group(1) not in types, line
+        types[m.group(1)] = m.group(2)
+    else:
+        m = sample.match(line)
+        assert m, f"bad sample line: {line!r}"
+        assert m.group(1) in types, f"sample before its TYPE: {line!r}"
+        seen.add(m.group(1))
+        float(m.group(4))
+for fam in ("vigil_path_bytes_total", "vigil_path_state", "vigil_path_degraded", "vigil_path_failovers_total"):
+    assert fam in seen, f"{fam} missing"
+total = sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("vigil_path_bytes_total{"))
+assert total > 0, "no bytes counted"
+print(f"exposition ok: {len(types)} families, {len(text.splitlines())} lines")
+PY
+    rc=0; for r in 0 1; do wait "${PIDS[r]}" || rc=1; done
+    wait "$dmp"; kill "$exp" 2>/dev/null || true
+    ((rc == 0)) || { cat "$OUT".rank* >&2; fail "the job failed with readers attached"; }
+    expect_ok "$OUT.rank0"
+    grep -q "failover: primary dev eth0" "$OUT.err.0" || fail "no failover happened"
+    python3 -c '
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    json.loads(line); n += 1
+assert n > 0, "dump printed nothing"
+print(f"dump --follow: {n} JSON lines")' "$TMP/follow.jsonl"
+    ;;
+*) fail "unknown case $1" ;;
+esac
+echo "telemetry $*: ok"

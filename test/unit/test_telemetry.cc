@@ -1,0 +1,1235 @@
+// SPDX-License-Identifier: Apache-2.0
+// Telemetry (common/telemetry): the log-scale latency histogram against exact percentiles,
+// PathMeter's window arithmetic on synthetic timestamps (no clock), the degraded-path
+// detector on synthetic window traces, and the shared-memory registry: ring overwrite and
+// consumer modes, torn-read refusal, segment validation (RegistryView::open) and reaping of
+// segments whose process is gone. The registry tests use this process's real segment
+// (/dev/shm/vigil-<uid>-<pid>, unique per test process).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "telemetry/histogram.h"
+#include "telemetry/registry.h"
+#include "telemetry/window.h"
+
+namespace vt = vigil::telemetry;
+using vt::DegradeDetector;
+using vt::DetectorConfig;
+using vt::kRingCapacity;
+using vt::LatencyHistogram;
+using vt::PathEntry;
+using vt::PathMeter;
+using vt::RegistryHeader;
+using vt::RegistryView;
+using vt::WindowRecord;
+
+namespace {
+
+constexpr uint64_t kW = 1'000'000;   // window length used throughout: 1 ms, in ns
+constexpr uint64_t kT = 1'000 * kW;  // a window-aligned synthetic "now"
+
+// ---- histogram helpers --------------------------------------------------------------------
+
+// Values to check bucket_of/upper_of on: everything below 2^14, then every sub-bucket
+// boundary (and its neighbours) of every octave up to the documented 2^38 ns, plus random
+// values in each octave (fixed seed).
+std::vector<uint64_t> sweep_values()
+{
+    std::vector<uint64_t> v;
+    for (uint64_t x = 0; x < (uint64_t{1} << 14); ++x) v.push_back(x);
+    std::mt19937_64 rng(12345);
+    for (int msb = 6; msb < 38; ++msb) {
+        const uint64_t base = uint64_t{1} << msb, step = base >> 3;
+        for (uint64_t sub = 0; sub <= 8; ++sub) {
+            const uint64_t edge = base + step * sub;
+            v.push_back(edge - 1);
+            v.push_back(edge);
+            v.push_back(edge + 1);
+        }
+        std::uniform_int_distribution<uint64_t> in(base, 2 * base - 1);
+        for (int i = 0; i < 1000; ++i) v.push_back(in(rng));
+    }
+    std::erase_if(v, [](uint64_t x) { return x >= (uint64_t{1} << 38); });
+    return v;
+}
+
+// Values that do not lie in their own bucket: v <= upper_of(b) and, for b > 0,
+// v > upper_of(b - 1), where b = bucket_of(v). First 20 only.
+std::vector<uint64_t> misplaced(const std::vector<uint64_t> &values)
+{
+    std::vector<uint64_t> bad;
+    for (uint64_t v : values) {
+        const int b = LatencyHistogram::bucket_of(v);
+        const bool ok = b >= 0 && b < LatencyHistogram::kBuckets && v <= LatencyHistogram::upper_of(b) &&
+                        (b == 0 || v > LatencyHistogram::upper_of(b - 1));
+        if (!ok && bad.size() < 20) bad.push_back(v);
+    }
+    return bad;
+}
+
+// Nearest-rank exact percentile (per-mille q) of sorted data.
+uint64_t exact_percentile(const std::vector<uint64_t> &sorted, uint64_t per_mille)
+{
+    const uint64_t n = sorted.size();
+    const uint64_t rank = std::max<uint64_t>(1, (n * per_mille + 999) / 1000);
+    return sorted[rank - 1];
+}
+
+// ---- meter helpers ------------------------------------------------------------------------
+
+class RecordingSink final : public vt::WindowSink
+{
+public:
+    std::vector<WindowRecord> windows;
+    std::vector<std::pair<bool, uint64_t>> verdicts; // (degraded, seq of the window)
+    std::vector<std::pair<int, uint32_t>> states;    // (PathState, generation)
+
+    void push(const WindowRecord &w) noexcept override { windows.push_back(w); }
+    void verdict(bool degraded, const WindowRecord &w) noexcept override { verdicts.emplace_back(degraded, w.seq); }
+    void state(vt::PathState s, uint32_t generation) noexcept override { states.emplace_back(static_cast<int>(s), generation); }
+};
+
+// ---- detector helpers ---------------------------------------------------------------------
+
+constexpr uint64_t kX = 1'000'000; // bytes per fully busy 1 ms window: 1 GB/s
+constexpr uint64_t kQueued = 1 << 20; // bytes queued on average while busy: bandwidth-bound
+
+WindowRecord win(uint64_t bytes, uint64_t busy = kW, uint64_t queued = kQueued)
+{
+    WindowRecord w{};
+    w.window_us = static_cast<uint32_t>(kW / 1000);
+    w.bytes = bytes;
+    w.busy_ns = busy;
+    w.avg_queued_bytes = queued;
+    return w;
+}
+
+// Feeds `w` up to `max_n` times; returns the 1-based count at which feed() returned `want`
+// (0 if never). Every other return must be 0.
+int feed_until(DegradeDetector &d, const WindowRecord &w, int want, int max_n)
+{
+    for (int i = 1; i <= max_n; ++i) {
+        const int c = d.feed(w);
+        if (c == want) return i;
+        REQUIRE(c == 0);
+    }
+    return 0;
+}
+
+// ---- registry helpers ---------------------------------------------------------------------
+
+vt::Registry &registry()
+{
+    static const int rc = vt::Registry::instance().open(kW, 3);
+    REQUIRE(rc == 0);
+    REQUIRE(vt::Registry::instance().is_open());
+    return vt::Registry::instance();
+}
+
+uint64_t next_conn_id()
+{
+    static uint64_t n = 0;
+    return (static_cast<uint64_t>(getpid()) << 24) + 0x7e1e00 + ++n;
+}
+
+// An entry acquired from the registry, released at scope exit.
+struct Acquired {
+    PathEntry *e;
+    uint64_t conn_id;
+    Acquired() : conn_id(next_conn_id())
+    {
+        e = registry().acquire(1, 0, 2, "eth9", "10.9.0.1:4000", "10.9.0.2:5000", conn_id);
+    }
+    ~Acquired() { vt::Registry::instance().release(e); }
+    Acquired(const Acquired &) = delete;
+    Acquired &operator=(const Acquired &) = delete;
+};
+
+// The read-only view of the entry with `conn_id`, or nullptr.
+const PathEntry *find_entry(const RegistryView &v, uint64_t conn_id)
+{
+    for (uint32_t i = 0; i < v.entries(); ++i) {
+        const PathEntry &e = v.entry(i);
+        if (e.in_use.load() != 0 && e.conn_id == conn_id) return &e;
+    }
+    return nullptr;
+}
+
+// A record whose every field is derived from `i`, so a mix of two records is detectable.
+WindowRecord rec_for(uint64_t i)
+{
+    WindowRecord w{};
+    w.seq = i;
+    w.start_ns = i * kW;
+    w.window_us = static_cast<uint32_t>(i * 3 + 1);
+    w.generation = static_cast<uint32_t>(i * 5 + 1);
+    w.bytes = i * 7 + 1;
+    w.ops = i * 11 + 1;
+    w.busy_ns = i ^ 0x5555'5555ull;
+    w.lat_p50_ns = i * 13;
+    w.lat_p99_ns = i * 17;
+    w.lat_max_ns = i * 19;
+    w.peak_inflight_bytes = i * 23;
+    w.replays = static_cast<uint32_t>(i * 29);
+    w.errors = static_cast<uint32_t>(i * 31);
+    w.state = static_cast<uint8_t>(i % 4);
+    w.degraded = static_cast<uint8_t>(i & 1);
+    w.baseline_bps = i * 37;
+    return w;
+}
+
+bool matches(const WindowRecord &w, uint64_t i)
+{
+    const WindowRecord r = rec_for(i);
+    return w.seq == r.seq && w.start_ns == r.start_ns && w.window_us == r.window_us &&
+           w.generation == r.generation && w.bytes == r.bytes && w.ops == r.ops && w.busy_ns == r.busy_ns &&
+           w.lat_p50_ns == r.lat_p50_ns && w.lat_p99_ns == r.lat_p99_ns && w.lat_max_ns == r.lat_max_ns &&
+           w.peak_inflight_bytes == r.peak_inflight_bytes && w.replays == r.replays && w.errors == r.errors &&
+           w.state == r.state && w.degraded == r.degraded && w.baseline_bps == r.baseline_bps;
+}
+
+// Ring indices in [from, to) that read() refuses or returns with the wrong content; the
+// record published as ring index k is rec_for(k + offset). First 20 only.
+std::vector<uint64_t> unreadable(const PathEntry &e, uint64_t from, uint64_t to, uint64_t offset = 0)
+{
+    std::vector<uint64_t> bad;
+    for (uint64_t k = from; k < to; ++k) {
+        WindowRecord w;
+        if ((!RegistryView::read(e, k, &w) || !matches(w, k + offset)) && bad.size() < 20) bad.push_back(k);
+    }
+    return bad;
+}
+
+// Ring indices in [from, to) that read() accepts. First 20 only.
+std::vector<uint64_t> readable(const PathEntry &e, uint64_t from, uint64_t to)
+{
+    std::vector<uint64_t> ok;
+    for (uint64_t k = from; k < to; ++k) {
+        WindowRecord w;
+        if (RegistryView::read(e, k, &w) && ok.size() < 20) ok.push_back(k);
+    }
+    return ok;
+}
+
+// A pid that does not exist: a reaped child's (or, if that was reused at once, a huge one).
+int dead_pid()
+{
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    REQUIRE(pid > 0);
+    int st = 0;
+    REQUIRE(waitpid(pid, &st, 0) == pid);
+    if (!vt::pid_alive(pid)) return pid;
+    for (int p = 4194303; p > 4190000; --p)
+        if (!vt::pid_alive(p)) return p;
+    FAIL("no dead pid found");
+    return -1;
+}
+
+bool file_exists(const std::string &f)
+{
+    struct stat st;
+    return stat(f.c_str(), &st) == 0;
+}
+
+std::vector<char> slurp(const std::string &f)
+{
+    std::ifstream in(f, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void spit(const std::string &f, const std::vector<char> &data, size_t n)
+{
+    std::ofstream out(f, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(std::min(n, data.size())));
+    REQUIRE(out.good());
+}
+
+template <typename T>
+void poke(std::vector<char> &buf, size_t off, T v)
+{
+    std::memcpy(buf.data() + off, &v, sizeof(v));
+}
+
+} // namespace
+
+// =========================================================================================
+// LatencyHistogram
+// =========================================================================================
+
+// Values 64..71 ns once fell into bucket 0 whose upper bound is 63 (percentiles of 70 ns
+// samples reported 63); the sweep covers them and the checks below pin the boundary.
+TEST_CASE("histogram: every value lies within its bucket", "[telemetry]")
+{
+    CHECK(misplaced(sweep_values()).empty());
+
+    // upper_of is strictly increasing and bucket b + 1 starts right after bucket b ends.
+    std::vector<int> gaps;
+    for (int b = 0; b + 1 < LatencyHistogram::kBuckets; ++b) {
+        const uint64_t u = LatencyHistogram::upper_of(b);
+        if (LatencyHistogram::bucket_of(u) != b || LatencyHistogram::bucket_of(u + 1) != b + 1) gaps.push_back(b);
+        if (LatencyHistogram::upper_of(b + 1) <= u) gaps.push_back(-b);
+    }
+    CHECK(gaps.empty());
+    // Every bucket above 64 ns is at most 1/8 of its lower bound wide (the documented 12.5 %).
+    for (int b = 1; b < LatencyHistogram::kBuckets; ++b) {
+        const uint64_t lo = LatencyHistogram::upper_of(b - 1) + 1, hi = LatencyHistogram::upper_of(b);
+        if (lo < 64 || hi - lo + 1 > lo / 8) gaps.push_back(b);
+    }
+    CHECK(gaps.empty());
+    // Saturation at both ends.
+    CHECK(LatencyHistogram::bucket_of(0) == 0);
+    CHECK(LatencyHistogram::bucket_of(63) == 0);
+    CHECK(LatencyHistogram::bucket_of(64) == 1);
+    CHECK(LatencyHistogram::bucket_of(uint64_t{1} << 40) == LatencyHistogram::kBuckets - 1);
+    CHECK(LatencyHistogram::bucket_of(UINT64_MAX) == LatencyHistogram::kBuckets - 1);
+    CHECK(LatencyHistogram::upper_of(LatencyHistogram::kBuckets - 1) == (uint64_t{1} << 38) - 1);
+
+    LatencyHistogram h;
+    for (int i = 0; i < 1000; ++i) h.add(70);
+    CHECK(h.percentile(0.5) == 70);
+    CHECK(h.percentile(0.99) == 70);
+    h.add(65);
+    CHECK(h.percentile(0.0) >= 65);
+    CHECK(h.percentile(0.0) <= 71);
+}
+
+TEST_CASE("histogram: percentiles within bucket resolution of the exact ones", "[telemetry]")
+{
+    using Gen = std::function<uint64_t(std::mt19937_64 &)>;
+    const std::vector<std::pair<const char *, Gen>> dists = {
+        {"uniform 0..2 ms",
+         [](std::mt19937_64 &r) { return std::uniform_int_distribution<uint64_t>(0, 2'000'000)(r); }},
+        {"log-uniform 100 ns..1 s",
+         [](std::mt19937_64 &r) {
+             const double l = std::uniform_real_distribution<double>(std::log(100.0), std::log(1e9))(r);
+             return static_cast<uint64_t>(std::llround(std::exp(l)));
+         }},
+        {"bimodal 50/50 (2 us, 800 us)",
+         [](std::mt19937_64 &r) {
+             return std::bernoulli_distribution(0.5)(r)
+                        ? std::uniform_int_distribution<uint64_t>(1'500, 2'500)(r)
+                        : std::uniform_int_distribution<uint64_t>(400'000, 1'200'000)(r);
+         }},
+        {"bimodal 97/3 (2 us, 800 us)",
+         [](std::mt19937_64 &r) {
+             return std::bernoulli_distribution(0.97)(r)
+                        ? std::uniform_int_distribution<uint64_t>(1'500, 2'500)(r)
+                        : std::uniform_int_distribution<uint64_t>(400'000, 1'200'000)(r);
+         }},
+    };
+    const uint64_t per_mille[] = {500, 900, 990, 999};
+    for (const auto &[name, gen] : dists) {
+        for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{10007}}) {
+            std::mt19937_64 rng(0xC0DE + n);
+            std::vector<uint64_t> data(n);
+            LatencyHistogram h;
+            for (uint64_t &x : data) {
+                x = gen(rng);
+                h.add(x);
+            }
+            std::sort(data.begin(), data.end());
+            INFO(name << ", n = " << n);
+            CHECK(h.count() == n);
+            CHECK(h.max() == data.back());
+            CHECK(h.percentile(1.0) == data.back());
+            for (uint64_t pm : per_mille) {
+                const uint64_t exact = exact_percentile(data, pm);
+                const uint64_t got = h.percentile(static_cast<double>(pm) / 1000.0);
+                INFO("p" << pm / 10.0 << ": exact " << exact << ", reported " << got);
+                CHECK(got >= exact);
+                CHECK(static_cast<double>(got) <= static_cast<double>(exact) * 1.125 + 64);
+            }
+        }
+    }
+}
+
+TEST_CASE("histogram: reset() clears everything", "[telemetry]")
+{
+    LatencyHistogram h;
+    CHECK(h.percentile(0.5) == 0);
+    h.reset(); // empty: no-op
+    CHECK(h.count() == 0);
+
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 5000; ++i) h.add(std::uniform_int_distribution<uint64_t>(100, 50'000'000)(rng));
+    REQUIRE(h.count() == 5000);
+    h.reset();
+    CHECK(h.count() == 0);
+    CHECK(h.max() == 0);
+    CHECK(h.percentile(0.5) == 0);
+    CHECK(h.percentile(1.0) == 0);
+
+    // After a reset the histogram behaves exactly like a fresh one, for data inside, below
+    // and above the previous range.
+    for (const auto &[lo, hi] : {std::pair<uint64_t, uint64_t>{20'000, 30'000}, {1'000, 1'500}, {1'000'000'000, 2'000'000'000}}) {
+        LatencyHistogram fresh;
+        for (int i = 0; i < 300; ++i) {
+            const uint64_t x = std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+            h.add(x);
+            fresh.add(x);
+        }
+        INFO("range " << lo << ".." << hi);
+        CHECK(h.count() == fresh.count());
+        CHECK(h.max() == fresh.max());
+        for (int q = 0; q <= 100; ++q) CHECK(h.percentile(q / 100.0) == fresh.percentile(q / 100.0));
+        h.reset();
+    }
+}
+
+// =========================================================================================
+// PathMeter window arithmetic
+// =========================================================================================
+
+TEST_CASE("meter: overlapping operations count the union of their busy time", "[telemetry]")
+{
+    RecordingSink s;
+    PathMeter m(kW, &s);
+    m.on_post(kT + 100'000, 1000);                  // A
+    m.on_post(kT + 200'000, 2000);                  // B overlaps A
+    m.on_complete(kT + 300'000, kT + 100'000, 1000); // A: 200 us
+    m.on_complete(kT + 500'000, kT + 200'000, 2000); // B: 300 us
+    m.on_post(kT + 800'000, 500);                   // C alone
+    m.on_complete(kT + 850'000, kT + 800'000, 500);  // C: 50 us
+    m.advance(kT + kW - 1);
+    CHECK(s.windows.empty()); // the window is not over yet
+    m.advance(kT + kW);
+    REQUIRE(s.windows.size() == 1);
+    const WindowRecord &w = s.windows[0];
+    CHECK(w.seq == 0);
+    CHECK(w.start_ns == kT);
+    CHECK(w.window_us == 1000);
+    CHECK(w.bytes == 3500);
+    CHECK(w.ops == 3);
+    CHECK(w.busy_ns == 450'000); // union 100..500 + 800..850 (the sum of the ops would be 550 us)
+    CHECK(w.peak_inflight_bytes == 3000);
+    CHECK(w.lat_max_ns == 300'000);
+    CHECK(w.lat_p99_ns == 300'000);                               // clamped to the max
+    CHECK(w.lat_p50_ns >= 200'000);                               // 2nd of 50, 200, 300 us
+    CHECK(static_cast<double>(w.lat_p50_ns) <= 200'000 * 1.125);
+    CHECK(w.replays == 0);
+    CHECK(w.errors == 0);
+    CHECK(w.state == vt::kActive);
+    CHECK(w.generation == 1);
+    CHECK(w.degraded == 0);
+    CHECK(w.busy_bandwidth() == Approx(3500 * 1e9 / 450'000));
+    // Mean bytes in flight while busy: (1000 x 200 us + 2000 x 300 us + 500 x 50 us) / 450 us.
+    CHECK(w.avg_queued_bytes == (1000 * 200'000 + 2000 * 300'000 + 500 * 50'000) / 450'000);
+    m.advance(kT + 10 * kW);
+    CHECK(s.windows.size() == 1); // nothing happened since
+}
+
+TEST_CASE("meter: an operation spanning windows splits its busy time exactly", "[telemetry]")
+{
+    RecordingSink s;
+    PathMeter m(kW, &s);
+    SECTION("one operation over four windows")
+    {
+        m.on_post(kT + 700'000, 10'000);
+        m.on_complete(kT + 3 * kW + 200'000, kT + 700'000, 10'000);
+        m.advance(kT + 4 * kW);
+        REQUIRE(s.windows.size() == 4);
+        const uint64_t busy[] = {300'000, kW, kW, 200'000};
+        uint64_t total = 0;
+        for (size_t i = 0; i < 4; ++i) {
+            const WindowRecord &w = s.windows[i];
+            INFO("window " << i);
+            CHECK(w.seq == i);
+            CHECK(w.start_ns == kT + i * kW);
+            CHECK(w.busy_ns == busy[i]);
+            CHECK(w.peak_inflight_bytes == 10'000);
+            CHECK(w.ops == (i == 3 ? 1u : 0u)); // attributed to the window of completion
+            CHECK(w.bytes == (i == 3 ? 10'000u : 0u));
+            CHECK(w.lat_max_ns == (i == 3 ? 2'500'000u : 0u));
+            CHECK(w.avg_queued_bytes == 10'000);
+            total += w.busy_ns;
+        }
+        CHECK(total == 2'500'000);
+        m.advance(kT + 20 * kW);
+        CHECK(s.windows.size() == 4);
+    }
+    SECTION("two overlapping operations completing in different windows")
+    {
+        m.on_post(kT + 400'000, 100);
+        m.on_post(kT + 600'000, 300);
+        m.on_complete(kT + 900'000, kT + 400'000, 100);
+        m.on_complete(kT + 2 * kW + 100'000, kT + 600'000, 300);
+        m.advance(kT + 3 * kW);
+        REQUIRE(s.windows.size() == 3);
+        CHECK(s.windows[0].busy_ns == 600'000);
+        CHECK(s.windows[0].bytes == 100);
+        CHECK(s.windows[0].ops == 1);
+        CHECK(s.windows[0].peak_inflight_bytes == 400);
+        CHECK(s.windows[1].busy_ns == kW);
+        CHECK(s.windows[1].bytes == 0);
+        CHECK(s.windows[1].ops == 0);
+        CHECK(s.windows[1].peak_inflight_bytes == 300);
+        CHECK(s.windows[2].busy_ns == 100'000);
+        CHECK(s.windows[2].bytes == 300);
+        CHECK(s.windows[2].ops == 1);
+        CHECK(s.windows[2].lat_max_ns == 1'500'000);
+    }
+}
+
+TEST_CASE("meter: idle gaps emit no windows and do not consume sequence numbers", "[telemetry]")
+{
+    RecordingSink s;
+    PathMeter m(kW, &s);
+    m.on_post(kT + 100, 100);
+    m.on_complete(kT + 200'100, kT + 100, 100);
+    for (uint64_t i = 1; i < 30; ++i) m.advance(kT + i * kW + 5); // a tick in every idle window
+    REQUIRE(s.windows.size() == 1);
+    CHECK(s.windows[0].seq == 0);
+    CHECK(s.windows[0].busy_ns == 200'000);
+
+    m.on_post(kT + 50 * kW + 10, 64);
+    m.on_complete(kT + 50 * kW + 1'010, kT + 50 * kW + 10, 64);
+    m.on_error(kT + 100 * kW + 5);       // a window with only an error is emitted
+    m.on_replay(kT + 200 * kW + 7, 3);   // a window with only replays is emitted
+    m.advance(kT + 300 * kW);
+    REQUIRE(s.windows.size() == 4);
+    const uint64_t starts[] = {kT, kT + 50 * kW, kT + 100 * kW, kT + 200 * kW};
+    for (size_t i = 0; i < 4; ++i) {
+        INFO("window " << i);
+        CHECK(s.windows[i].seq == i);
+        CHECK(s.windows[i].start_ns == starts[i]);
+    }
+    CHECK(s.windows[1].busy_ns == 1'000);
+    CHECK(s.windows[1].bytes == 64);
+    CHECK(s.windows[2].errors == 1);
+    CHECK(s.windows[2].ops == 0);
+    CHECK(s.windows[2].busy_ns == 0);
+    CHECK(s.windows[3].replays == 3);
+    CHECK(s.windows[3].errors == 0);
+    // Windows stay aligned to multiples of the window length whatever the first event.
+    for (const WindowRecord &w : s.windows) CHECK(w.start_ns % kW == 0);
+}
+
+TEST_CASE("meter: peak in-flight bytes, replays, errors, state and generation", "[telemetry]")
+{
+    RecordingSink s;
+    PathMeter m(kW, &s);
+    m.on_post(kT + 10, 100);
+    m.on_post(kT + 20, 200);
+    m.on_post(kT + 30, 400);                // 700 in flight
+    m.on_complete(kT + 40, kT + 10, 100);   // 600
+    m.on_post(kT + 50, 50);                 // 650
+    m.on_replay(kT + 60, 5);
+    m.on_replay(kT + 70, 2);
+    m.on_error(kT + 80);
+    m.on_error(kT + 90);
+    m.on_error(kT + 95);
+    m.advance(kT + kW);
+    REQUIRE(s.windows.size() == 1);
+    CHECK(s.windows[0].peak_inflight_bytes == 700);
+    CHECK(s.windows[0].replays == 7);
+    CHECK(s.windows[0].errors == 3);
+    CHECK(s.windows[0].state == vt::kActive);
+    CHECK(s.windows[0].generation == 1);
+
+    m.on_complete(kT + kW + 10, kT + 20, 200);
+    m.on_complete(kT + kW + 20, kT + 30, 400);
+    m.on_complete(kT + kW + 30, kT + 50, 50);
+    // The state change is published at once; windows that closed before it keep the old one.
+    m.set_state(kT + 2 * kW + 5, vt::kStandby, 4);
+    REQUIRE(s.states.size() == 1);
+    CHECK(s.states[0] == std::make_pair(static_cast<int>(vt::kStandby), 4u));
+    REQUIRE(s.windows.size() == 2);
+    CHECK(s.windows[1].peak_inflight_bytes == 650); // carried over from the previous window
+    CHECK(s.windows[1].busy_ns == 30);
+    CHECK(s.windows[1].ops == 3);
+    CHECK(s.windows[1].replays == 0);
+    CHECK(s.windows[1].errors == 0);
+    CHECK(s.windows[1].state == vt::kActive);
+    CHECK(s.windows[1].generation == 1);
+
+    m.on_post(kT + 2 * kW + 10, 10);
+    m.on_complete(kT + 2 * kW + 20, kT + 2 * kW + 10, 10);
+    m.on_error(kT + 2 * kW + 30);
+    m.advance(kT + 3 * kW);
+    REQUIRE(s.windows.size() == 3);
+    CHECK(s.windows[2].peak_inflight_bytes == 10);
+    CHECK(s.windows[2].state == vt::kStandby);
+    CHECK(s.windows[2].generation == 4);
+    CHECK(s.windows[2].errors == 1);
+
+    m.set_state(kT + 3 * kW + 1, vt::kDead, 5); // nothing else happens: no window
+    m.advance(kT + 10 * kW);
+    CHECK(s.windows.size() == 3);
+    REQUIRE(s.states.size() == 2);
+    CHECK(s.states[1] == std::make_pair(static_cast<int>(vt::kDead), 5u));
+}
+
+TEST_CASE("meter: abandoned operations end the busy time", "[telemetry]")
+{
+    RecordingSink s;
+    PathMeter m(kW, &s);
+    SECTION("all in flight abandoned")
+    {
+        m.on_post(kT + 100'000, 100);
+        m.on_post(kT + 150'000, 200);
+        m.on_abandon(kT + 400'000, 2, 300);
+        m.advance(kT + 5 * kW);
+        REQUIRE(s.windows.size() == 1); // busy time stopped: no busy-only windows follow
+        CHECK(s.windows[0].busy_ns == 300'000);
+        CHECK(s.windows[0].ops == 0);
+        CHECK(s.windows[0].bytes == 0);
+        CHECK(s.windows[0].peak_inflight_bytes == 300);
+        // The meter is reusable afterwards.
+        m.on_post(kT + 6 * kW + 10, 1);
+        m.on_complete(kT + 6 * kW + 20, kT + 6 * kW + 10, 1);
+        m.advance(kT + 7 * kW);
+        REQUIRE(s.windows.size() == 2);
+        CHECK(s.windows[1].busy_ns == 10);
+        CHECK(s.windows[1].peak_inflight_bytes == 1);
+    }
+    SECTION("part abandoned, the rest completes later")
+    {
+        m.on_post(kT + 100'000, 100);
+        m.on_post(kT + 100'000, 200);
+        m.on_post(kT + 100'000, 400);
+        m.on_abandon(kT + 200'000, 1, 400); // still busy
+        m.on_complete(kT + 2 * kW + 300'000, kT + 100'000, 100);
+        m.on_complete(kT + 2 * kW + 600'000, kT + 100'000, 200);
+        m.advance(kT + 10 * kW);
+        REQUIRE(s.windows.size() == 3);
+        CHECK(s.windows[0].busy_ns == 900'000);
+        CHECK(s.windows[0].peak_inflight_bytes == 700);
+        CHECK(s.windows[1].busy_ns == kW);
+        CHECK(s.windows[1].peak_inflight_bytes == 300);
+        CHECK(s.windows[2].busy_ns == 600'000);
+        CHECK(s.windows[2].bytes == 300);
+        CHECK(s.windows[2].ops == 2);
+    }
+    SECTION("a completion with nothing in flight counts bytes but no busy time")
+    {
+        m.on_complete(kT + 500, kT, 4096);
+        m.advance(kT + kW);
+        REQUIRE(s.windows.size() == 1);
+        CHECK(s.windows[0].bytes == 4096);
+        CHECK(s.windows[0].ops == 1);
+        CHECK(s.windows[0].busy_ns == 0);
+        CHECK(s.windows[0].peak_inflight_bytes == 0);
+    }
+}
+
+TEST_CASE("meter: the detector's verdict reaches the windows and the sink", "[telemetry]")
+{
+    DetectorConfig cfg;
+    cfg.k = 4;
+    cfg.warmup = 4;
+    RecordingSink s;
+    PathMeter m(kW, &s, cfg);
+    uint64_t t = kT;
+    auto window_of = [&](uint64_t bytes) { // 900 us busy per window: loaded
+        m.on_post(t + 50'000, bytes);
+        m.on_complete(t + 950'000, t + 50'000, bytes);
+        t += kW;
+    };
+    for (int i = 0; i < 30; ++i) window_of(1'000'000);
+    for (int i = 0; i < 30; ++i) window_of(100'000);
+    for (int i = 0; i < 30; ++i) window_of(1'000'000);
+    m.advance(t);
+    REQUIRE(s.windows.size() == 90);
+    REQUIRE(s.verdicts.size() == 2);
+    const auto [deg, s1] = s.verdicts[0];
+    const auto [heal, s2] = s.verdicts[1];
+    CHECK(deg);
+    CHECK_FALSE(heal);
+    CHECK(s1 >= 30);
+    CHECK(s1 <= 30 + 4 + 2);
+    CHECK(s2 >= s1 + 4); // held for k loaded windows
+    CHECK(s2 <= 60 + 4 + 2);
+    CHECK(m.degraded() == false);
+    for (const WindowRecord &w : s.windows) {
+        INFO("window " << w.seq);
+        CHECK(w.degraded == (w.seq >= s1 && w.seq < s2 ? 1 : 0));
+    }
+    const double x = 1e6 * 1e9 / 900'000; // bytes/s over busy time at full rate
+    CHECK(static_cast<double>(s.windows[29].baseline_bps) == Approx(x).epsilon(0.01));
+}
+
+// =========================================================================================
+// DegradeDetector
+// =========================================================================================
+
+TEST_CASE("detector: steady load, a drop, recovery and the k-window hold", "[telemetry]")
+{
+    const DetectorConfig cfg; // fraction 0.5, k 8, min_busy 0.5, warmup 16
+    const int k = cfg.k;
+    DegradeDetector d(cfg);
+    const WindowRecord fast = win(kX), slow = win(3 * kX / 10);
+
+    // Nothing is judged before k loaded windows, and no verdict is possible during warmup
+    // (k - 1 + warmup loaded windows), however slow the path.
+    {
+        DegradeDetector w(cfg);
+        for (int i = 1; i < k; ++i) w.feed(fast);
+        CHECK(w.baseline() == 0);
+        CHECK(w.judged() == Approx(1e9)); // the partial aggregate is visible, not judged
+        w.feed(fast);
+        CHECK(w.baseline() == Approx(1e9));
+        CHECK(feed_until(w, win(kX / 10), 1, cfg.warmup - 1) == 0);
+    }
+
+    CHECK(feed_until(d, fast, 1, 300) == 0); // steady: never degraded
+    CHECK_FALSE(d.degraded());
+    CHECK(d.baseline() == Approx(1e9).epsilon(1e-6));
+    CHECK(d.judged() == Approx(1e9));
+
+    // The verdict is on the aggregate of the last k loaded windows: with j slow windows
+    // among them it is ((k - j) + 0.3 j) / k of the rate, so it cannot be flagged before
+    // that falls below fraction x baseline (baseline <= the old rate).
+    int first_possible = 1;
+    while ((static_cast<double>(k - first_possible) + 0.3 * first_possible) / k >= cfg.fraction) ++first_possible;
+    const int f1 = feed_until(d, slow, 1, 3 * k);
+    INFO("flagged after " << f1 << " slow windows (aggregate crosses after " << first_possible << ")");
+    CHECK(f1 >= first_possible);
+    CHECK(f1 <= k + 2);
+    REQUIRE(d.degraded());
+    const double frozen = d.baseline();
+    // The EWMA keeps learning from the falling aggregate until the verdict (the transition
+    // windows are not yet "slow"): about 0.915x here with alpha 0.05. Never above the rate.
+    CHECK(frozen <= 1e9 * (1 + 1e-9));
+    CHECK(frozen >= 0.85e9);
+    CHECK(d.judged() < cfg.fraction * frozen);
+
+    // Back to full rate right away: the aggregate is healthy after a few windows, but the
+    // verdict holds for k loaded windows.
+    const int r1 = feed_until(d, fast, -1, 3 * k);
+    CHECK(r1 >= k);
+    CHECK(r1 <= k + 2);
+    CHECK_FALSE(d.degraded());
+    CHECK(d.baseline() == frozen); // no baseline updates while degraded nor on the change
+
+    // Slow again right away: the healthy verdict also holds for k loaded windows, and a
+    // window judged slow while the verdict is held does not feed the baseline.
+    int f2 = 0, held_slow = 0;
+    for (int i = 1; i <= 3 * k && f2 == 0; ++i) {
+        const double before = d.baseline();
+        const int c = d.feed(slow);
+        if (c == 1) {
+            f2 = i;
+        } else {
+            REQUIRE(c == 0);
+            if (d.judged() < cfg.fraction * before) {
+                ++held_slow;
+                CHECK(d.baseline() == before);
+            }
+        }
+    }
+    CHECK(f2 >= k);
+    CHECK(f2 <= k + 2);
+    CHECK(held_slow >= 1);
+    const double frozen2 = d.baseline();
+    CHECK(feed_until(d, slow, -1, 40) == 0); // stays degraded, baseline frozen
+    CHECK(d.degraded());
+    CHECK(d.baseline() == frozen2);
+
+    // After a long degraded stretch, recovery follows the aggregate (no hold pending).
+    const int r2 = feed_until(d, fast, -1, 3 * k);
+    CHECK(r2 >= 1);
+    CHECK(r2 <= k);
+    CHECK(feed_until(d, fast, 1, 200) == 0);
+    CHECK(d.baseline() == Approx(1e9).epsilon(1e-3)); // tracks the rate again once healthy
+}
+
+TEST_CASE("detector: dips shorter than the aggregate can hide are not flagged", "[telemetry]")
+{
+    const DetectorConfig cfg;
+    DegradeDetector d(cfg);
+    REQUIRE(feed_until(d, win(kX), 1, 200) == 0);
+    // 1..5 windows at 0.3x: the k = 8 aggregate stays >= 0.5625x > 0.5x.
+    for (int len = 1; len <= 5; ++len) {
+        INFO("dip of " << len << " windows");
+        CHECK(feed_until(d, win(3 * kX / 10), 1, len) == 0);
+        CHECK(feed_until(d, win(kX), 1, 2 * cfg.k) == 0);
+        CHECK_FALSE(d.degraded());
+    }
+    // A single window that carries nothing while fully busy is no verdict either.
+    CHECK(d.feed(win(0)) == 0);
+    CHECK(feed_until(d, win(kX), 1, 2 * cfg.k) == 0);
+    CHECK(d.baseline() == Approx(1e9).epsilon(0.1));
+}
+
+TEST_CASE("detector: idle windows never change the verdict or the baseline", "[telemetry]")
+{
+    const DetectorConfig cfg;
+    // A loaded trace with noise, drops and recoveries.
+    std::mt19937_64 rng(99);
+    std::vector<WindowRecord> trace;
+    // rate in bytes/s over busy time: bytes = rate * busy(ns) / 1e9, +-10 %.
+    auto add_rate = [&](int n, double bps) {
+        for (int i = 0; i < n; ++i) {
+            const double noise = std::uniform_real_distribution<double>(0.9, 1.1)(rng);
+            const uint64_t busy = std::uniform_int_distribution<uint64_t>(kW / 2, kW)(rng);
+            trace.push_back(win(static_cast<uint64_t>(bps * noise * static_cast<double>(busy) / 1e9), busy));
+        }
+    };
+    add_rate(60, 1e9);
+    add_rate(20, 0.2e9);
+    add_rate(4, 1e9); // recovers, then drops again while the healthy verdict is held
+    add_rate(20, 0.1e9);
+    add_rate(30, 1e9);
+    add_rate(5, 0.3e9);
+    add_rate(30, 1e9);
+    add_rate(40, 0.1e9);
+    add_rate(40, 2e9);
+
+    DegradeDetector plain(cfg), mixed(cfg);
+    int ups = 0, downs = 0;
+    std::vector<size_t> diverged;
+    for (size_t i = 0; i < trace.size(); ++i) {
+        // 0..3 windows that are no evidence first, with rates from nothing to absurd: idle
+        // (busy below min_busy) or latency-bound (busy, but less than min_queued_bytes queued).
+        const int idles = std::uniform_int_distribution<int>(0, 3)(rng);
+        for (int j = 0; j < idles; ++j) {
+            const bool latency_bound = std::bernoulli_distribution(0.3)(rng);
+            const uint64_t busy = latency_bound ? std::uniform_int_distribution<uint64_t>(kW / 2, kW)(rng)
+                                                : std::uniform_int_distribution<uint64_t>(0, kW / 2 - 1)(rng);
+            const uint64_t queued = latency_bound
+                                        ? std::uniform_int_distribution<uint64_t>(0, cfg.min_queued_bytes - 1)(rng)
+                                        : kQueued;
+            const uint64_t bytes = std::uniform_int_distribution<uint64_t>(0, 50 * kX)(rng);
+            const bool deg = mixed.degraded();
+            const double base = mixed.baseline(), judged = mixed.judged();
+            if (mixed.feed(win(bytes, busy, queued)) != 0 || mixed.degraded() != deg || mixed.baseline() != base ||
+                mixed.judged() != judged)
+                diverged.push_back(i);
+        }
+        const int a = plain.feed(trace[i]), b = mixed.feed(trace[i]);
+        ups += a > 0;
+        downs += a < 0;
+        if (a != b || plain.degraded() != mixed.degraded() || plain.baseline() != mixed.baseline() ||
+            plain.judged() != mixed.judged())
+            diverged.push_back(i);
+    }
+    CHECK(diverged.empty());
+    CHECK(ups >= 3); // the trace does exercise both verdicts
+    CHECK(downs >= 3);
+
+    // min_busy is the boundary: exactly half the window busy is loaded, one ns less is idle.
+    DetectorConfig one;
+    one.k = 1;
+    one.warmup = 0;
+    DegradeDetector e(one);
+    e.feed(win(123'456, kW / 2 - 1));
+    CHECK(e.baseline() == 0);
+    e.feed(win(kW / 2, kW / 2));
+    CHECK(e.baseline() == Approx(1e9));
+    // min_queued_bytes likewise: one byte short is latency-bound, exactly it is loaded.
+    DegradeDetector q(one);
+    q.feed(win(kX, kW, one.min_queued_bytes - 1));
+    CHECK(q.baseline() == 0);
+    q.feed(win(kX, kW, one.min_queued_bytes));
+    CHECK(q.baseline() == Approx(1e9));
+}
+
+// DESIGN GAP (window.cc, DegradeDetector::feed): the baseline is an EWMA of every window
+// judged not slow, and a window is only slow below fraction x baseline, so a gradual decline
+// drags the baseline down with it and is never flagged. With the defaults (alpha 0.05,
+// k 8, fraction 0.5) a rate falling by 2 % per loaded window (to 1 % of the original in
+// ~230 windows, i.e. ~0.23 s at 1 ms) is never degraded; 3 %/window is flagged only at
+// ~18 % of the original rate. Fix idea: freeze or floor the baseline (e.g. keep the max of
+// a slow-decaying peak, or stop updating while the aggregate is below the baseline by more
+// than a margin). Remove [!shouldfail] if the design changes.
+TEST_CASE("detector: a gradual decline to a tenth of the rate is flagged", "[telemetry][!shouldfail]")
+{
+    DegradeDetector d;
+    REQUIRE(feed_until(d, win(kX), 1, 200) == 0);
+    double bw = static_cast<double>(kX);
+    bool flagged = false;
+    while (!flagged && bw > 0.1 * static_cast<double>(kX)) {
+        bw *= 0.99;
+        flagged = d.feed(win(static_cast<uint64_t>(bw))) == 1;
+    }
+    INFO("rate " << bw / static_cast<double>(kX) << " of the original, baseline " << d.baseline() / 1e9);
+    CHECK(flagged);
+}
+
+TEST_CASE("detector: the link speed caps the baseline", "[telemetry]")
+{
+    DetectorConfig capped;
+    capped.link_bytes_per_s = 0.4e9; // below the measured 1 GB/s
+    DegradeDetector d(capped), control(DetectorConfig{});
+    bool over = false;
+    for (int i = 0; i < 200; ++i) {
+        REQUIRE(d.feed(win(kX)) == 0);
+        control.feed(win(kX));
+        over = over || d.baseline() > capped.link_bytes_per_s;
+    }
+    CHECK_FALSE(over);
+    CHECK(d.baseline() == capped.link_bytes_per_s);
+    CHECK(control.baseline() == Approx(1e9));
+    // 0.3 GB/s is below half the measured rate but not below half the link: not degraded.
+    CHECK(feed_until(d, win(3 * kX / 10), 1, 50) == 0);
+    CHECK(feed_until(control, win(3 * kX / 10), 1, 50) > 0);
+    CHECK(d.baseline() <= capped.link_bytes_per_s);
+    // 0.1 GB/s is below half the link.
+    const int f = feed_until(d, win(kX / 10), 1, 3 * capped.k);
+    CHECK(f >= 1);
+    CHECK(f <= capped.k + 2);
+    CHECK(d.degraded());
+}
+
+// =========================================================================================
+// Registry: rings, versioning, stale segments
+// =========================================================================================
+
+TEST_CASE("registry: this process's segment and its identity", "[telemetry]")
+{
+    vt::Registry &r = registry();
+    CHECK(r.path() == "/dev/shm/vigil-" + std::to_string(getuid()) + "-" + std::to_string(getpid()));
+    struct stat st;
+    REQUIRE(stat(r.path().c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    CHECK(static_cast<size_t>(st.st_size) == vt::registry_bytes(vt::kMaxPaths));
+    const auto regs = vt::list_registries();
+    CHECK(std::find(regs.begin(), regs.end(), r.path()) != regs.end());
+
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(r.path(), &why) == 0);
+    const RegistryHeader &h = v.header();
+    CHECK(std::memcmp(h.magic, vt::kRegistryMagic, 8) == 0);
+    CHECK(h.version == vt::kRegistryVersion);
+    CHECK(h.pid == getpid());
+    CHECK(h.window_ns == r.window_ns());
+    CHECK(h.record_size == sizeof(WindowRecord));
+
+    Acquired a;
+    REQUIRE(a.e != nullptr);
+    const PathEntry *e = find_entry(v, a.conn_id);
+    REQUIRE(e != nullptr);
+    CHECK(e->kind == 1);
+    CHECK(e->slot == 0);
+    CHECK(e->dev == 2);
+    CHECK(std::string(e->dev_name) == "eth9");
+    CHECK(std::string(e->local) == "10.9.0.1:4000");
+    CHECK(std::string(e->peer) == "10.9.0.2:5000");
+    CHECK(e->state.load() == vt::kActive);
+    CHECK(e->ring.capacity == kRingCapacity);
+    CHECK(e->ring.head.load() == 0);
+    CHECK(v.entries() >= 1);
+
+    // A released entry is handed out again, reset.
+    for (int i = 0; i < 5; ++i) vt::ring_push(*a.e, rec_for(static_cast<uint64_t>(i)));
+    PathEntry *old = a.e;
+    vt::Registry::instance().release(a.e);
+    CHECK(e->in_use.load() == 0);
+    CHECK(e->state.load() == vt::kUnused);
+    a.e = vt::Registry::instance().acquire(0, 1, 0, "x", "l", "p", a.conn_id);
+    CHECK(a.e == old);
+    CHECK(e->ring.head.load() == 0);
+    CHECK(e->total_ops.load() == 0);
+}
+
+TEST_CASE("ring: without a consumer the newest windows overwrite the oldest", "[telemetry]")
+{
+    vt::Registry &r = registry();
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(r.path(), &why) == 0);
+
+    SECTION("before wrapping every published window is readable")
+    {
+        Acquired a;
+        REQUIRE(a.e != nullptr);
+        const PathEntry *e = find_entry(v, a.conn_id);
+        REQUIRE(e != nullptr);
+        for (uint64_t i = 0; i < 10; ++i) vt::ring_push(*a.e, rec_for(i));
+        CHECK(e->ring.head.load() == 10);
+        CHECK(unreadable(*e, 0, 10).empty());
+        CHECK(readable(*e, 10, 20).empty()); // not published yet
+    }
+    SECTION("after wrapping")
+    {
+        Acquired a;
+        REQUIRE(a.e != nullptr);
+        const PathEntry *e = find_entry(v, a.conn_id);
+        REQUIRE(e != nullptr);
+        const uint64_t n = kRingCapacity + 100;
+        uint64_t bytes = 0, ops = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+            const WindowRecord w = rec_for(i);
+            vt::ring_push(*a.e, w);
+            bytes += w.bytes;
+            ops += w.ops;
+        }
+        CHECK(e->ring.head.load() == n);
+        CHECK(e->ring.dropped.load() == 0);
+        CHECK(e->total_bytes.load() == bytes);
+        CHECK(e->total_ops.load() == ops);
+        CHECK(e->degraded.load() == rec_for(n - 1).degraded);
+        CHECK(e->generation.load() == rec_for(n - 1).generation);
+        // The newest windows are intact. (Index n - capacity shares its slot with the next
+        // push and may be being rewritten, so a peeking reader is allowed to refuse it.)
+        CHECK(unreadable(*e, n - kRingCapacity + 1, n).empty());
+        // Overwritten and unpublished indices are refused.
+        CHECK(readable(*e, 0, n - kRingCapacity).empty());
+        CHECK(readable(*e, n, n + 10).empty());
+    }
+}
+
+TEST_CASE("ring: a torn or stale slot is refused", "[telemetry]")
+{
+    auto e = std::make_unique<PathEntry>();
+    e->ring.capacity = kRingCapacity;
+    for (uint64_t i = 0; i < 10; ++i) vt::ring_push(*e, rec_for(i));
+    WindowRecord w;
+    REQUIRE(RegistryView::read(*e, 3, &w));
+    CHECK(matches(w, 3));
+    e->records[3].reserved[0] = 3 + kRingCapacity; // the slot now claims another ring index
+    CHECK_FALSE(RegistryView::read(*e, 3, &w));
+    CHECK(RegistryView::read(*e, 4, &w));
+
+    // Under a concurrent producer every accepted read is one whole record.
+    vt::Registry &r = registry();
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(r.path(), &why) == 0);
+    Acquired a;
+    REQUIRE(a.e != nullptr);
+    const PathEntry *re = find_entry(v, a.conn_id);
+    REQUIRE(re != nullptr);
+    std::atomic<bool> done{false};
+    PathEntry *we = a.e;
+    std::thread producer([&] {
+        for (uint64_t i = 0; i < 3'000'000; ++i) vt::ring_push(*we, rec_for(i));
+        done.store(true);
+    });
+    uint64_t accepted = 0, torn = 0, tries = 0;
+    std::mt19937_64 rng(5);
+    while (!done.load()) {
+        const uint64_t head = re->ring.head.load(std::memory_order_acquire);
+        if (head < kRingCapacity) continue;
+        // Mostly the oldest few, where the producer overwrites.
+        const uint64_t off = (tries++ % 4 == 0) ? std::uniform_int_distribution<uint64_t>(0, kRingCapacity - 1)(rng)
+                                                : std::uniform_int_distribution<uint64_t>(0, 3)(rng);
+        const uint64_t k = head - kRingCapacity + off;
+        if (RegistryView::read(*re, k, &w)) {
+            ++accepted;
+            if (!matches(w, k)) ++torn;
+        }
+    }
+    producer.join();
+    INFO(accepted << " reads accepted of " << tries);
+    CHECK(torn == 0);
+    CHECK(accepted > 0);
+}
+
+TEST_CASE("ring: a live consumer makes the producer drop; a dead one is cleared", "[telemetry]")
+{
+    vt::Registry &r = registry();
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(r.path(), &why) == 0);
+    Acquired a;
+    REQUIRE(a.e != nullptr);
+    const PathEntry *e = find_entry(v, a.conn_id);
+    REQUIRE(e != nullptr);
+
+    a.e->ring.consumer_pid.store(static_cast<uint32_t>(getpid()));
+    a.e->ring.tail.store(0);
+    uint64_t next = 0; // content index of the next record pushed
+    for (; next < kRingCapacity + 50; ++next) vt::ring_push(*a.e, rec_for(next));
+    CHECK(e->ring.head.load() == kRingCapacity); // full: the last 50 were not published
+    CHECK(e->ring.dropped.load() == 50);
+    CHECK(e->ring.consumer_pid.load() == static_cast<uint32_t>(getpid()));
+    CHECK(matches(a.e->records[0], 0)); // the oldest was not overwritten
+    CHECK(unreadable(*e, 1, kRingCapacity).empty());
+
+    // The consumer takes 100 windows: room for exactly 100 more.
+    a.e->ring.tail.store(100);
+    for (int i = 0; i < 100; ++i) vt::ring_push(*a.e, rec_for(next++));
+    CHECK(e->ring.head.load() == kRingCapacity + 100);
+    CHECK(e->ring.dropped.load() == 50);
+    CHECK(unreadable(*e, kRingCapacity, kRingCapacity + 100, 50).empty()); // ring index k holds k + 50
+    CHECK(unreadable(*e, 101, kRingCapacity).empty());
+    vt::ring_push(*a.e, rec_for(next++));
+    CHECK(e->ring.head.load() == kRingCapacity + 100);
+    CHECK(e->ring.dropped.load() == 51);
+
+    // The consumer is gone: the producer clears it and overwrites again.
+    const int dead = dead_pid();
+    a.e->ring.consumer_pid.store(static_cast<uint32_t>(dead));
+    const uint64_t off = next - (kRingCapacity + 100); // content index - ring index from here on
+    vt::ring_push(*a.e, rec_for(next++));
+    CHECK(e->ring.consumer_pid.load() == 0);
+    CHECK(e->ring.head.load() == kRingCapacity + 101);
+    CHECK(e->ring.dropped.load() == 51);
+    for (uint32_t i = 0; i < kRingCapacity; ++i) vt::ring_push(*a.e, rec_for(next++));
+    const uint64_t head = 2 * kRingCapacity + 101;
+    CHECK(e->ring.head.load() == head);
+    CHECK(e->ring.dropped.load() == 51);
+    CHECK(unreadable(*e, head - kRingCapacity + 1, head, off).empty());
+
+    // The same with a pid that cannot exist.
+    if (!vt::pid_alive(4194303)) {
+        a.e->ring.consumer_pid.store(4194303);
+        a.e->ring.tail.store(head - kRingCapacity); // full
+        vt::ring_push(*a.e, rec_for(next++));
+        CHECK(e->ring.consumer_pid.load() == 0);
+        CHECK(e->ring.head.load() == head + 1);
+        CHECK(e->ring.dropped.load() == 51);
+    }
+}
+
+// BUG (registry.cc, RegistryView::read): the post-copy check `after < index + cap` refuses
+// index == head - cap even when head has not moved, so the oldest window of a full ring is
+// never readable. Without a consumer that is defensible (the next push rewrites that slot),
+// but with a live consumer that has not taken it, ring_push drops instead of overwriting,
+// the slot is intact, and read() still refuses it: a consumer reading from `tail` can never
+// read its first window once the ring is full (and the pre-check `head - index > cap`
+// shows the oldest was meant to be readable). With no consumer, readers get capacity - 1
+// windows. (Regression test: fixed by treating a consumer-held slot as intact.)
+TEST_CASE("ring: a full ring held by a live consumer keeps its oldest window readable", "[telemetry]")
+{
+    vt::Registry &r = registry();
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(r.path(), &why) == 0);
+    Acquired a;
+    REQUIRE(a.e != nullptr);
+    const PathEntry *e = find_entry(v, a.conn_id);
+    REQUIRE(e != nullptr);
+    a.e->ring.consumer_pid.store(static_cast<uint32_t>(getpid()));
+    a.e->ring.tail.store(0);
+    for (uint64_t i = 0; i < kRingCapacity + 5; ++i) vt::ring_push(*a.e, rec_for(i));
+    REQUIRE(e->ring.head.load() == kRingCapacity);
+    REQUIRE(matches(a.e->records[0], 0)); // intact in memory, not being overwritten
+    CHECK(unreadable(*e, 0, kRingCapacity).empty());
+}
+
+TEST_CASE("registry: RegistryView::open refuses segments of another layout", "[telemetry]")
+{
+    vt::Registry &r = registry();
+    const std::vector<char> image = slurp(r.path());
+    REQUIRE(image.size() == vt::registry_bytes(vt::kMaxPaths));
+    const std::string copy = "/dev/shm/vigil-test-" + std::to_string(getpid()) + "-copy";
+
+    struct Case {
+        const char *what;
+        std::function<void(std::vector<char> &)> patch;
+        size_t size;
+        int rc;
+    };
+    const size_t full = image.size();
+    const std::vector<Case> cases = {
+        {"intact", [](std::vector<char> &) {}, full, 0},
+        {"bad magic", [](std::vector<char> &b) { b[offsetof(RegistryHeader, magic)] = 'X'; }, full, -EBADMSG},
+        {"magic of another version",
+         [](std::vector<char> &b) { b[offsetof(RegistryHeader, magic) + 7] = '2'; }, full, -EBADMSG},
+        {"newer version",
+         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, version), vt::kRegistryVersion + 1); }, full,
+         -EBADMSG},
+        {"version 0", [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, version), uint32_t{0}); }, full,
+         -EBADMSG},
+        {"header_size",
+         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, header_size), uint32_t{2048}); }, full,
+         -EBADMSG},
+        {"entry_size",
+         [](std::vector<char> &b) {
+             poke(b, offsetof(RegistryHeader, entry_size), static_cast<uint32_t>(sizeof(PathEntry) + 8));
+         },
+         full, -EBADMSG},
+        {"record_size",
+         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, record_size), uint32_t{64}); }, full,
+         -EBADMSG},
+        {"ring_capacity",
+         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, ring_capacity), kRingCapacity / 2); }, full,
+         -EBADMSG},
+        {"max_paths 0", [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, max_paths), uint32_t{0}); },
+         full, -EBADMSG},
+        {"max_paths too large",
+         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, max_paths), vt::kMaxPaths + 1); }, full,
+         -EBADMSG},
+        {"empty file", [](std::vector<char> &) {}, 0, -EBADMSG},
+        {"shorter than a header", [](std::vector<char> &) {}, sizeof(RegistryHeader) - 1, -EBADMSG},
+        {"just the header", [](std::vector<char> &) {}, sizeof(RegistryHeader), -EBADMSG},
+        {"last entry cut", [](std::vector<char> &) {}, full - 1, -EBADMSG},
+        {"fewer paths, sized to match",
+         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, max_paths), uint32_t{1}); },
+         vt::registry_bytes(1), 0},
+    };
+    for (const Case &c : cases) {
+        INFO(c.what);
+        std::vector<char> buf = image;
+        c.patch(buf);
+        spit(copy, buf, c.size);
+        {
+            RegistryView v;
+            std::string why;
+            const int rc = v.open(copy, &why);
+            INFO("reason: " << why);
+            CHECK(rc == c.rc);
+            if (c.rc != 0) CHECK_FALSE(why.empty());
+            if (rc == 0) {
+                CHECK(v.header().pid == getpid());
+                CHECK(v.entries() <= v.header().max_paths);
+            }
+        }
+        CHECK(unlink(copy.c_str()) == 0);
+    }
+    RegistryView v;
+    std::string why;
+    CHECK(v.open(copy, &why) == -ENOENT);
+    CHECK_FALSE(why.empty());
+}
+
+TEST_CASE("registry: reap_stale removes segments of dead processes only", "[telemetry]")
+{
+    vt::Registry &r = registry();
+    const std::string pre = "/dev/shm/vigil-" + std::to_string(getuid()) + "-";
+    const int dead = dead_pid();
+    const std::string stale = pre + std::to_string(dead);
+    REQUIRE_FALSE(file_exists(stale));
+    {
+        std::vector<char> junk(4096, 'v');
+        spit(stale, junk, junk.size());
+    }
+    REQUIRE(file_exists(stale));
+    // A segment named for a live process that is not us (pid 1): must survive.
+    const std::string live = pre + "1";
+    const bool made_live = !file_exists(live);
+    if (made_live) {
+        std::vector<char> junk(16, 'v');
+        spit(live, junk, junk.size());
+    }
+    auto listed = vt::list_registries();
+    CHECK(std::find(listed.begin(), listed.end(), stale) != listed.end());
+
+    CHECK(vt::reap_stale() >= 1);
+    CHECK_FALSE(file_exists(stale));
+    CHECK(file_exists(r.path()));
+    CHECK(file_exists(live));
+    listed = vt::list_registries();
+    CHECK(std::find(listed.begin(), listed.end(), stale) == listed.end());
+    CHECK(std::find(listed.begin(), listed.end(), r.path()) != listed.end());
+    CHECK(vt::pid_alive(getpid()));
+    CHECK_FALSE(vt::pid_alive(dead));
+    CHECK_FALSE(vt::pid_alive(0));
+    CHECK_FALSE(vt::pid_alive(-1));
+    if (made_live) unlink(live.c_str());
+    unlink(stale.c_str()); // in case reap_stale failed
+}
