@@ -94,6 +94,8 @@ if [[ -z ${NETLAB:-} ]]; then
     if [[ $(id -u) -eq 0 ]]; then
         scripts/netlab.sh run -H 2 -P 1 -- "$0" "$@"
         echo
+        scripts/bench_telemetry.sh 5
+        echo
         scripts/bench_failover.sh 30
         echo
         scripts/bench_failover_tput.sh

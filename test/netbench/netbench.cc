@@ -15,6 +15,7 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -356,27 +357,34 @@ int Bench::run()
     for (void *c : recv_comms_) check_nccl(net_.close_recv(c), "closeRecv");
     check_nccl(net_.finalize(), "finalize");
 
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru); // this process's CPU time, all threads (plugin's included)
+    const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                       static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     struct Result {
         uint64_t bytes, errors, retries;
-    } mine{bytes_sent_, errors_, null_retries_};
+        double cpu_s;
+    } mine{bytes_sent_, errors_, null_retries_, cpu};
     std::vector<uint8_t> all;
     if (std::string e = rdv_.allgather(&mine, sizeof(mine), &all); !e.empty()) die(e);
-    Result total{0, 0, 0};
+    Result total{0, 0, 0, 0};
     for (int r = 0; r < o_.nranks; ++r) {
         Result x;
         std::memcpy(&x, all.data() + static_cast<size_t>(r) * sizeof(x), sizeof(x));
         total.bytes += x.bytes;
         total.errors += x.errors;
         total.retries += x.retries;
+        total.cpu_s += x.cpu_s;
     }
     if (o_.rank == 0) {
         std::printf("{\"ok\":%s,\"workload\":\"%s\",\"plugin\":\"%s\",\"api_version\":%d,"
                     "\"ranks\":%d,\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f,"
                     "\"busbw_gbps\":%.4f,\"lat_p50_us\":%.2f,\"lat_p99_us\":%.2f,"
-                    "\"errors\":%" PRIu64 ",\"null_retries\":%" PRIu64 ",\"connect_polls\":%" PRIu64 ",\"elapsed_s\":%.3f}\n",
+                    "\"errors\":%" PRIu64 ",\"null_retries\":%" PRIu64 ",\"connect_polls\":%" PRIu64 ",\"elapsed_s\":%.3f,"
+                    "\"cpu_s\":%.3f}\n",
                     total.errors == 0 ? "true" : "false", o_.workload.c_str(), net_.name(),
                     net_.version(), o_.nranks, total.bytes, seconds_, gbps_, busbw_, lat_p50_us_,
-                    lat_p99_us_, total.errors, total.retries, polls, elapsed);
+                    lat_p99_us_, total.errors, total.retries, polls, elapsed, total.cpu_s);
     }
     std::fflush(stdout);
     return total.errors == 0 ? 0 : 1;
