@@ -8,6 +8,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "telemetry/writer.h"
 
 #include <unistd.h>
 
@@ -87,6 +88,8 @@ void Comm::fail_locked(int err, const std::string &what) noexcept
 {
     if (error_.load(std::memory_order_relaxed) != 0) return;
     error_.store(err, std::memory_order_release);
+    telemetry::record_event(telemetry::EventType::kFatal, what + " (" + strerror(-err) + ")");
+    telemetry::flush_writer(); // the last windows and the failover history reach the disk now
     VLOG_WARN("connection failed, no path left: %s (%s); pending requests fail", what.c_str(),
               strerror(-err));
 }
@@ -331,6 +334,10 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     backup_since_ns_ = t0;
     ++stats_.failovers;
     failover_t0_ns_ = t0;
+    telemetry::record_event(telemetry::EventType::kFailover,
+                            d.desc + " -> " + a.desc + ": " + cause + ", generation " +
+                                std::to_string(gen_) + ", replaying " +
+                                std::to_string(next_seq_ - acked_) + " messages");
     failover_probe_seq_ = acked_ + 1;
     failover_timing_ = next_seq_ > acked_;
     VLOG_WARN("host %s: failover: %s: %s; now on %s, generation %u, replaying %llu messages "
@@ -400,6 +407,7 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
         sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
         sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
         ++stats_.rebuilds;
+        telemetry::record_event(telemetry::EventType::kRebuild, sl.desc);
         meter_locked(i);
         if (sl.tm) sl.tm->meter.set_state(now, telemetry::kStandby, gen_);
         bool other = false;
@@ -422,6 +430,8 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
             draining_ = false;
             const uint64_t bytes = switch_to_locked(kPrimary);
             ++stats_.failbacks;
+            telemetry::record_event(telemetry::EventType::kFailback,
+                                    pri.desc + ", generation " + std::to_string(gen_));
             VLOG_INFO(NCCL_NET, "host %s: failback to %s after %.1f ms on the backup, generation "
                       "%u, replaying %llu bytes", host_name(), pri.desc.c_str(),
                       static_cast<double>(since(now, backup_since_ns_)) / 1e6, gen_,
@@ -595,9 +605,11 @@ void RecvComm::lose_path_locked(int i, const std::string &why, bool orderly) noe
     for (size_t k = 0; k < p.path->nfds(); ++k) ProgressEngine::instance().remove(p.path->fd(k));
     bool any = false;
     for (const PathSlot &s : paths_) any = any || s.alive;
-    if (!orderly)
+    if (!orderly) {
+        telemetry::record_event(telemetry::EventType::kPathLost, p.desc + ": " + why);
         VLOG_WARN("host %s: path lost: %s: %s%s", host_name(), p.desc.c_str(), why.c_str(),
                   any ? "; the connection goes on over its other path" : "; no path left");
+    }
     if (!any) no_path_since_ns_ = now_ns();
 }
 

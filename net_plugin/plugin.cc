@@ -17,6 +17,7 @@
 #include "nccl_abi/net_common.h"
 #include "progress.h"
 #include "tcp/link_monitor.h"
+#include "telemetry/writer.h"
 #include "tcp/tcp_setup.h"
 
 namespace vigil::net {
@@ -229,6 +230,14 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
             VLOG_INFO(NCCL_INIT, "telemetry: %llu us windows in %s",
                       static_cast<unsigned long long>(st.params.window_us),
                       telemetry::Registry::instance().path().c_str());
+        if (!st.params.telemetry_dir.empty()) {
+            if (int rc = telemetry::start_writer(st.params.telemetry_dir,
+                                                 static_cast<uint64_t>(st.params.telemetry_max_bytes));
+                rc != 0) {
+                VLOG_WARN("VIGIL_TELEMETRY_DIR=\"%s\": %s", st.params.telemetry_dir.c_str(), strerror(-rc));
+                return -EINVAL;
+            }
+        }
     }
     std::vector<std::string> names;
     for (const Device &d : st.devices) names.push_back(d.name);
@@ -257,6 +266,7 @@ void plugin_finalize()
     if (--st.refs > 0) return;
     st.connectors.clear();
     st.links.stop();
+    telemetry::stop_writer();
     ProgressEngine::instance().stop();
 }
 

@@ -16,6 +16,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "writer.h"
 
 namespace vigil::telemetry {
 namespace {
@@ -154,6 +155,20 @@ PathEntry *Registry::acquire(int kind, int slot, int dev, const std::string &dev
     return nullptr;
 }
 
+uint32_t Registry::entries_used() const
+{
+    void *base = base_.load(std::memory_order_acquire);
+    if (base == nullptr) return 0;
+    return std::min(static_cast<RegistryHeader *>(base)->paths_used.load(std::memory_order_acquire), kMaxPaths);
+}
+
+PathEntry *Registry::entry_at(uint32_t i) const
+{
+    void *base = base_.load(std::memory_order_acquire);
+    if (base == nullptr || i >= kMaxPaths) return nullptr;
+    return reinterpret_cast<PathEntry *>(static_cast<char *>(base) + sizeof(RegistryHeader)) + i;
+}
+
 void Registry::release(PathEntry *e)
 {
     if (e == nullptr) return;
@@ -197,6 +212,9 @@ void RegistrySink::push(const WindowRecord &w) noexcept
 
 void RegistrySink::verdict(bool degraded, const WindowRecord &w) noexcept
 {
+    record_event(degraded ? EventType::kDegraded : EventType::kHealthy,
+                 what_ + ": " + std::to_string(w.judged_bps / 1000000) + " MB/s, baseline " +
+                     std::to_string(w.baseline_bps / 1000000) + " MB/s");
     if (degraded)
         VLOG_WARN("path degraded: %s: %.1f MB/s over busy time in its last windows, baseline %.1f MB/s",
                   what_.c_str(), static_cast<double>(w.judged_bps) / 1e6,

@@ -104,6 +104,9 @@ public:
                        const std::string &local, const std::string &peer, uint64_t conn_id);
     void release(PathEntry *e);
     std::string path() const { return path_; }
+    /// This process's own entries, writable (for the telemetry writer, the rings' consumer).
+    uint32_t entries_used() const;
+    PathEntry *entry_at(uint32_t i) const;
 
 private:
     std::atomic<void *> base_{nullptr};

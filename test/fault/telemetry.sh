@@ -8,6 +8,9 @@
 #                 loaded): nothing is flagged
 #   readers       `vigil dump --follow` and `vigil export` run through a failover: the job
 #                 stays exact, every dump line parses as JSON, the exposition parses strictly
+#   files         VIGIL_TELEMETRY_DIR with a 256 KiB rotation bound through an injected
+#                 failover, then both ports down: the files parse, are bounded and rotated,
+#                 hold windows, the failover event and the fatal error flushed before exit
 source "$(dirname "$0")/../functional/lib.sh"
 need_root_lab
 if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 2 -P 2 -- "$0" "$@"; fi
@@ -105,6 +108,45 @@ for line in open(sys.argv[1]):
     json.loads(line); n += 1
 assert n > 0, "dump printed nothing"
 print(f"dump --follow: {n} JSON lines")' "$TMP/follow.jsonl"
+    ;;
+files)
+    dir=$TMP/tel; mkdir -p "$dir"
+    export VIGIL_TELEMETRY_DIR=$dir VIGIL_TELEMETRY_MAX_BYTES=256K VIGIL_FATAL_TIMEOUT_MS=1000 VIGIL_WINDOW_US=1000
+    RANK0_ENV=VIGIL_INJECT_FAIL=eth0:msgs=40
+    RUN_ID=$((RUN_ID + 1)); OUT="$TMP/out.$RUN_ID"; rdv="unix:$TMP/rdv.$RUN_ID.sock"
+    for r in 1 0; do
+        extra=(); ((r == 0)) && extra=("$RANK0_ENV")
+        "$NETLAB_SH" exec "$r" -- env "${extra[@]}" "$NETBENCH_BIN" --plugin "$NETBENCH_PLUGIN" --rank "$r" \
+            --nranks 2 --rendezvous "$rdv" --timeout 120 --workload allreduce --bytes 16M --iters 400 \
+            >"$OUT.rank$r" 2>"$OUT.err.$r" &
+        PIDS[r]=$!
+    done
+    until grep -q "fault injection: failing" "$OUT.err.0" 2>/dev/null; do sleep 0.05; done
+    sleep 1.5
+    "$NETLAB_SH" fail 0 0; "$NETLAB_SH" fail 0 1 # no path left: the job must fail, files flushed
+    rc=0; for r in 0 1; do wait "${PIDS[r]}" && rc=1; done
+    ((rc == 0)) || fail "the job survived with every port of host 0 down"
+    python3 - "$dir" <<'PY' || fail "telemetry files"
+import glob, json, os, sys
+d = sys.argv[1]
+files = sorted(glob.glob(f"{d}/vigil-*.jsonl*"))
+assert files, "no telemetry files"
+bound = 256 * 1024 + 1024
+kinds, events = {}, []
+for f in files:
+    size = os.path.getsize(f)
+    assert size <= bound, f"{f}: {size} bytes over the rotation bound"
+    for line in open(f):
+        r = json.loads(line)
+        kinds[r["type"]] = kinds.get(r["type"], 0) + 1
+        if r["type"] == "event":
+            events.append(r["event"])
+assert any(f.endswith(".1") for f in files), f"no rotation happened: {files}"
+assert kinds.get("window", 0) > 100, kinds
+assert "failover" in events, events
+assert "fatal" in events, events
+print(f"{len(files)} files, records {kinds}, events {sorted(set(events))}")
+PY
     ;;
 *) fail "unknown case $1" ;;
 esac

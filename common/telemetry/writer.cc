@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+// Telemetry JSONL writer thread and event log.
+#include "writer.h"
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "clock.h"
+#include "log.h"
+#include "registry.h"
+
+namespace vigil::telemetry {
+namespace {
+
+constexpr size_t kEventCapacity = 1024;
+
+struct Event {
+    uint64_t ns;
+    EventType type;
+    std::string text;
+};
+
+const char *type_name(EventType t)
+{
+    switch (t) {
+    case EventType::kFailover: return "failover";
+    case EventType::kFailback: return "failback";
+    case EventType::kRebuild: return "rebuild";
+    case EventType::kPathLost: return "path_lost";
+    case EventType::kDegraded: return "degraded";
+    case EventType::kHealthy: return "healthy";
+    case EventType::kFatal: return "fatal";
+    }
+    return "?";
+}
+
+// JSON string body: our own texts, but escape anything that could break a line or a quote.
+std::string escape(const std::string &s)
+{
+    std::string o;
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') o += '\\', o += static_cast<char>(c);
+        else if (c < 0x20) {
+            char b[8];
+            std::snprintf(b, sizeof(b), "\\u%04x", c);
+            o += b;
+        } else o += static_cast<char>(c);
+    }
+    return o;
+}
+
+struct Writer {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Event> events;
+    uint64_t events_dropped = 0;
+    bool running = false, stop = false, flush = false;
+    std::thread thread;
+    std::string file;
+    uint64_t max_bytes = 0;
+    FILE *out = nullptr;
+    uint64_t written = 0;
+    std::vector<uint64_t> next; // per registry entry: next ring index to write
+};
+
+Writer &w()
+{
+    static Writer *wr = new Writer; // never destroyed (v8-v10 never finalize)
+    return *wr;
+}
+
+void rotate_if_needed(Writer &wr)
+{
+    if (wr.written < wr.max_bytes) return;
+    std::fclose(wr.out);
+    std::rename(wr.file.c_str(), (wr.file + ".1").c_str());
+    wr.out = std::fopen(wr.file.c_str(), "w");
+    wr.written = 0;
+}
+
+void put(Writer &wr, const char *line, int n)
+{
+    if (wr.out == nullptr || n <= 0) return;
+    std::fwrite(line, 1, static_cast<size_t>(n), wr.out);
+    wr.written += static_cast<uint64_t>(n);
+    rotate_if_needed(wr);
+}
+
+// Drains events and every ring of this process's registry into the file. Called on the
+// writer thread only.
+void drain(Writer &wr)
+{
+    Registry &reg = Registry::instance();
+    std::deque<Event> evs;
+    uint64_t evdrop = 0;
+    {
+        std::lock_guard<std::mutex> g(wr.mu);
+        evs.swap(wr.events);
+        evdrop = std::exchange(wr.events_dropped, 0);
+    }
+    char buf[1024];
+    for (const Event &e : evs) {
+        const int n = std::snprintf(buf, sizeof(buf), "{\"type\":\"event\",\"event\":\"%s\",\"mono_ns\":%llu,\"text\":\"%s\"}\n",
+                                    type_name(e.type), static_cast<unsigned long long>(e.ns), escape(e.text).c_str());
+        put(wr, buf, std::min<int>(n, sizeof(buf) - 1));
+    }
+    if (evdrop) {
+        const int n = std::snprintf(buf, sizeof(buf), "{\"type\":\"events_dropped\",\"count\":%llu}\n",
+                                    static_cast<unsigned long long>(evdrop));
+        put(wr, buf, n);
+    }
+    const uint32_t n_entries = reg.entries_used();
+    if (wr.next.size() < n_entries) wr.next.resize(n_entries, 0);
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        PathEntry &e = *reg.entry_at(i); // our own entry, writable: we are its ring's consumer
+        if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+        const uint32_t me = static_cast<uint32_t>(getpid());
+        if (e.ring.consumer_pid.load() != me) {
+            e.ring.tail.store(e.ring.head.load());
+            e.ring.consumer_pid.store(me);
+            wr.next[i] = e.ring.tail.load();
+            const int n = std::snprintf(buf, sizeof(buf),
+                                        "{\"type\":\"path\",\"path\":%u,\"kind\":\"%s\",\"slot\":\"%s\",\"device\":\"%.16s\","
+                                        "\"local\":\"%.64s\",\"peer\":\"%.64s\",\"conn\":%llu}\n",
+                                        i, e.kind == 0 ? "send" : "recv", e.slot == 0 ? "primary" : "backup",
+                                        e.dev_name, e.local, e.peer, static_cast<unsigned long long>(e.conn_id));
+            put(wr, buf, std::min<int>(n, sizeof(buf) - 1));
+        }
+        const uint64_t head = e.ring.head.load(std::memory_order_acquire);
+        uint64_t &k = wr.next[i];
+        if (k < e.ring.tail.load()) k = e.ring.tail.load(); // re-used entry
+        for (; k < head; ++k) {
+            WindowRecord r;
+            if (!RegistryView::read(e, k, &r)) continue;
+            const int n = std::snprintf(
+                buf, sizeof(buf),
+                "{\"type\":\"window\",\"path\":%u,\"seq\":%llu,\"start_ns\":%llu,\"window_us\":%u,\"generation\":%u,"
+                "\"bytes\":%llu,\"ops\":%llu,\"busy_ns\":%llu,\"busy_bw_Bps\":%.0f,\"lat_p50_ns\":%llu,"
+                "\"lat_p99_ns\":%llu,\"lat_max_ns\":%llu,\"peak_inflight_bytes\":%llu,\"replays\":%u,\"errors\":%u,"
+                "\"state\":%u,\"degraded\":%u}\n",
+                i, static_cast<unsigned long long>(r.seq), static_cast<unsigned long long>(r.start_ns), r.window_us,
+                r.generation, static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.ops),
+                static_cast<unsigned long long>(r.busy_ns), r.busy_bandwidth(),
+                static_cast<unsigned long long>(r.lat_p50_ns), static_cast<unsigned long long>(r.lat_p99_ns),
+                static_cast<unsigned long long>(r.lat_max_ns), static_cast<unsigned long long>(r.peak_inflight_bytes),
+                r.replays, r.errors, r.state, r.degraded);
+            put(wr, buf, n);
+        }
+        e.ring.tail.store(head, std::memory_order_release);
+    }
+    if (wr.out != nullptr) std::fflush(wr.out);
+}
+
+void loop()
+{
+    Writer &wr = w();
+    std::unique_lock<std::mutex> lk(wr.mu);
+    while (!wr.stop) {
+        wr.cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return wr.stop || wr.flush; });
+        const bool sync = std::exchange(wr.flush, false);
+        lk.unlock();
+        drain(wr);
+        if (sync && wr.out != nullptr) fsync(fileno(wr.out));
+        lk.lock();
+    }
+    lk.unlock();
+    drain(wr);
+}
+
+} // namespace
+
+void record_event(EventType type, const std::string &text) noexcept
+{
+    Writer &wr = w();
+    try {
+        std::lock_guard<std::mutex> g(wr.mu);
+        if (!wr.running) return;
+        if (wr.events.size() >= kEventCapacity) {
+            wr.events.pop_front();
+            ++wr.events_dropped;
+        }
+        wr.events.push_back(Event{now_ns(), type, text});
+    } catch (...) {
+    }
+}
+
+int start_writer(const std::string &dir, uint64_t max_file_bytes)
+{
+    Writer &wr = w();
+    std::lock_guard<std::mutex> g(wr.mu);
+    if (wr.running) return 0;
+    if (!Registry::instance().is_open()) return -ENODEV;
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return -ENOTDIR;
+    char host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    wr.file = dir + "/vigil-" + host + "-" + std::to_string(getpid()) + ".jsonl";
+    wr.out = std::fopen(wr.file.c_str(), "a");
+    if (wr.out == nullptr) return -errno;
+    wr.max_bytes = max_file_bytes;
+    wr.running = true;
+    wr.stop = false;
+    wr.thread = std::thread(loop);
+    return 0;
+}
+
+void flush_writer() noexcept
+{
+    Writer &wr = w();
+    {
+        std::lock_guard<std::mutex> g(wr.mu);
+        if (!wr.running) return;
+        wr.flush = true;
+    }
+    wr.cv.notify_all();
+}
+
+void stop_writer() noexcept
+{
+    Writer &wr = w();
+    {
+        std::lock_guard<std::mutex> g(wr.mu);
+        if (!wr.running) return;
+        wr.stop = true;
+    }
+    wr.cv.notify_all();
+    wr.thread.join();
+    std::lock_guard<std::mutex> g(wr.mu);
+    wr.running = false;
+    if (wr.out != nullptr) std::fclose(wr.out);
+    wr.out = nullptr;
+}
+
+} // namespace vigil::telemetry

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// Telemetry files (VIGIL_TELEMETRY_DIR): a background thread drains this process's registry
+// rings (as their consumer) and an event log (failovers, failbacks, rebuilds, degraded
+// verdicts, fatal errors) into DIR/vigil-<host>-<pid>.jsonl, rotated at a size bound (one
+// previous file kept as .1). A fatal error flushes at once, so the last windows and the
+// failover history survive a job that is about to be killed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace vigil::telemetry {
+
+/// Rare events, recorded from any thread (a lock, a bounded ring of kEventCapacity; when
+/// full the oldest is dropped and counted). Formatting happens on the writer thread.
+enum class EventType { kFailover, kFailback, kRebuild, kPathLost, kDegraded, kHealthy, kFatal };
+void record_event(EventType type, const std::string &text) noexcept;
+
+/// Starts the writer (idempotent). Returns 0 or -errno (bad directory).
+int start_writer(const std::string &dir, uint64_t max_file_bytes);
+/// Writes everything pending now and syncs the file (fatal error path). Thread-safe; no-op
+/// when the writer is not running.
+void flush_writer() noexcept;
+/// Stops the writer after a final drain (idempotent).
+void stop_writer() noexcept;
+
+} // namespace vigil::telemetry
