@@ -133,10 +133,10 @@ ncclResult_t isend_v9(void *send_comm, void *data, size_t size, int tag, void *m
 }
 
 ncclResult_t isend_v10(void *send_comm, void *data, size_t size, int tag, void *mhandle,
-                       void * /*phandle*/, void **request)
+                       void *phandle, void **request)
 {
     *request = nullptr;
-    return GUARD("isend", net::isend(send_comm, data, size, tag, mhandle, request));
+    return GUARD("isend", net::isend(send_comm, data, size, tag, mhandle, request, phandle));
 }
 
 ncclResult_t irecv_v9(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
@@ -200,8 +200,9 @@ ncclResult_t irecv_v8(void *recv_comm, int n, void **data, int *sizes, int *tags
 
 ncclResult_t init_v9(ncclDebugLogger_t logger) { return GUARD("init", net::plugin_init(logger, 9)); }
 ncclResult_t props_v9(int dev, ncclNetProperties_v9_t *p) { return abi_guard("getProperties", [&] { return fill_v9(dev, p); }); }
-ncclResult_t init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t)
+ncclResult_t init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t prof)
 {
+    net::set_profiler_callback(prof);
     return GUARD("init", net::plugin_init(logger, 10));
 }
 
@@ -209,10 +210,11 @@ ncclResult_t init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t)
 
 template <int V, class Config>
 ncclResult_t init_ctx(void **ctx, uint64_t comm_id, Config *config, ncclDebugLogger_t logger,
-                      ncclProfilerCallback_t)
+                      ncclProfilerCallback_t prof)
 {
     return abi_guard("init", [&] {
         *ctx = nullptr;
+        net::set_profiler_callback(prof);
         int rc = 0;
         // NCCL passes a stack variable: copy what we need, keep no pointer (reference 1.3).
         int tc = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;

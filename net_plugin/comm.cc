@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -257,10 +258,68 @@ void SendComm::post_locked(uint64_t seq) noexcept
                                           reqs_[i].size});
 }
 
-int SendComm::isend(const void *data, size_t size, int tag, Request **out) noexcept
+namespace {
+std::atomic<ncclProfilerCallback_t> g_profiler{nullptr};
+} // namespace
+
+void SendComm::set_profiler(ncclProfilerCallback_t cb) noexcept
+{
+    g_profiler.store(cb, std::memory_order_release);
+}
+
+void SendComm::queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept
+{
+    if (g_profiler.load(std::memory_order_relaxed) == nullptr || evq_n_ == kEventQueue) return;
+    vigilNetProfDescr_v1_t &d = evq_[static_cast<size_t>(evq_n_++)];
+    d = vigilNetProfDescr_v1_t{};
+    d.type = type;
+    d.slot = static_cast<uint8_t>(slot);
+    d.generation = gen_;
+    d.dev = slots_[slot].path ? slots_[slot].path->local_dev() : -1;
+    d.start_ns = now_ns();
+    d.bytes = bytes;
+}
+
+void SendComm::emit_events_locked(void *phandle) noexcept
+{
+    ncclProfilerCallback_t cb = g_profiler.load(std::memory_order_acquire);
+    if (cb == nullptr || phandle == nullptr) return; // never start an event without a parent
+    auto emit = [&](const vigilNetProfDescr_v1_t &src) {
+        vigilNetProfDescr_v1_t &d = descr_ring_[descr_next_++ % kDescrRing];
+        d = src;
+        void *h = nullptr; // NCCL leaves it untouched when the NetPlugin bit is off
+        cb(&h, 0 /* start */, phandle, VIGIL_PROFILER_NET_ID, &d);
+        if (h != nullptr) cb(&h, 1 /* stop */, nullptr, 0, nullptr);
+    };
+    for (int i = 0; i < evq_n_; ++i) emit(evq_[static_cast<size_t>(i)]);
+    evq_n_ = 0;
+    const Slot &a = slots_[active_];
+    if (a.tm == nullptr || a.tm->entry == nullptr) return;
+    const uint64_t head = a.tm->entry->ring.head.load(std::memory_order_relaxed);
+    if (head == 0 || head == last_window_emitted_[active_]) return;
+    telemetry::WindowRecord w;
+    if (!telemetry::RegistryView::read(*a.tm->entry, head - 1, &w)) return;
+    last_window_emitted_[active_] = head;
+    vigilNetProfDescr_v1_t d{};
+    d.type = vigilNetProfWindow;
+    d.slot = static_cast<uint8_t>(active_);
+    d.degraded = w.degraded;
+    d.state = w.state;
+    d.generation = w.generation;
+    d.dev = a.path->local_dev();
+    d.window_us = w.window_us;
+    d.start_ns = w.start_ns;
+    d.bytes = w.bytes;
+    d.busy_ns = w.busy_ns;
+    d.lat_p99_ns = w.lat_p99_ns;
+    emit(d);
+}
+
+int SendComm::isend(const void *data, size_t size, int tag, Request **out, void *phandle) noexcept
 {
     *out = nullptr;
     std::lock_guard<std::mutex> g(mu_);
+    emit_events_locked(phandle);
     if (int e = error_.load(std::memory_order_relaxed)) return e;
     if (peer_closed_) {
         fail_locked(-ECONNRESET, describe() + ": isend after the peer closed the connection");
@@ -334,6 +393,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     backup_since_ns_ = t0;
     ++stats_.failovers;
     failover_t0_ns_ = t0;
+    queue_event_locked(vigilNetProfFailover, dead, bytes);
     telemetry::record_event(telemetry::EventType::kFailover,
                             d.desc + " -> " + a.desc + ": " + cause + ", generation " +
                                 std::to_string(gen_) + ", replaying " +
@@ -430,6 +490,7 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
             draining_ = false;
             const uint64_t bytes = switch_to_locked(kPrimary);
             ++stats_.failbacks;
+            queue_event_locked(vigilNetProfFailback, kPrimary, bytes);
             telemetry::record_event(telemetry::EventType::kFailback,
                                     pri.desc + ", generation " + std::to_string(gen_));
             VLOG_INFO(NCCL_NET, "host %s: failback to %s after %.1f ms on the backup, generation "

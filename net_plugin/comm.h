@@ -13,6 +13,8 @@
 #include <string>
 
 #include "fabric.h"
+#include "nccl_abi/nccl_common.h"
+#include "nccl_abi/profiler_net_vigil.h"
 #include "progress.h"
 #include "telemetry/registry.h"
 #include "telemetry/window.h"
@@ -159,7 +161,13 @@ public:
 
     /// NCCL's isend(). *out = NULL when kMaxInflight sends are outstanding (NCCL retries).
     /// Returns 0, -EMSGSIZE for size > kMaxMessageBytes, or the connection's error.
-    int isend(const void *data, size_t size, int tag, Request **out) noexcept;
+    /// `phandle`: NCCL's proxy-step profiler handle (v10+, may be NULL); when the plugin has a
+    /// profiler callback, pending net events are emitted as its children (never with NULL).
+    int isend(const void *data, size_t size, int tag, Request **out, void *phandle = nullptr) noexcept;
+
+    /// The profiler callback NCCL handed to init (v10+); NULL disables net events.
+    /// Process-wide; set before comms exist.
+    static void set_profiler(ncclProfilerCallback_t cb) noexcept;
 
     /// Failure injection and port events: leave path `slot` now (as if it failed with
     /// `cause`); with `sabotage` also break its sockets so the peer sees the failure too.
@@ -208,6 +216,10 @@ private:
     void rebuild_locked(uint64_t now) noexcept;
     /// The failback target died while draining: post what was held back on the active path.
     void cancel_drain_locked() noexcept;
+    /// Emits pending net events (newest window of the active path, failovers, failbacks) as
+    /// children of `phandle`.
+    void emit_events_locked(void *phandle) noexcept;
+    void queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept;
     void post_locked(uint64_t seq) noexcept;
 
     std::array<Slot, kMaxPaths> slots_;
@@ -231,6 +243,15 @@ private:
     uint64_t failover_t0_ns_ = 0;
     uint64_t failover_probe_seq_ = 0;
     bool failover_timing_ = false;
+    // Profiler net events: a bounded queue of failover/failback descriptors, the last window
+    // emitted per slot, and a ring of descriptors handed to NCCL (kept alive a while: a
+    // profiler may read extData after startEvent returns).
+    static constexpr int kEventQueue = 8, kDescrRing = 16;
+    std::array<vigilNetProfDescr_v1_t, kEventQueue> evq_{};
+    int evq_n_ = 0;
+    std::array<uint64_t, kMaxPaths> last_window_emitted_{};
+    std::array<vigilNetProfDescr_v1_t, kDescrRing> descr_ring_{};
+    unsigned descr_next_ = 0;
 };
 
 /// NCCL's recvComm. Owns its paths; implements the sink they place frames through.

@@ -429,11 +429,17 @@ int dereg_mr(void * /*comm*/, void *mhandle)
     return 0;
 }
 
-int isend(void *send_comm, void *data, size_t size, int tag, void * /*mhandle*/, void **request)
+void set_profiler_callback(ncclProfilerCallback_t cb)
+{
+    if (cb != nullptr) SendComm::set_profiler(cb);
+}
+
+int isend(void *send_comm, void *data, size_t size, int tag, void * /*mhandle*/, void **request,
+          void *phandle)
 {
     auto *c = static_cast<SendComm *>(send_comm);
     Request *r = nullptr;
-    int rc = c->isend(data, size, tag, &r);
+    int rc = c->isend(data, size, tag, &r, phandle);
     *request = r;
     if (g_inject.armed.load(std::memory_order_relaxed) && r != nullptr &&
         c->active_dev() == g_inject.dev) {

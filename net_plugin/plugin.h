@@ -29,6 +29,8 @@ struct NetContext {
 /// later calls only count. Returns 0, or -EINVAL (bad variable, no device) after WARNs.
 /// Thread-safe.
 int plugin_init(ncclDebugLogger_t logger, int api_version);
+/// Remembers NCCL's profiler callback (v10+ init) for net-plugin events; NULL is ignored.
+void set_profiler_callback(ncclProfilerCallback_t cb);
 /// Drops one reference; the last one stops the progress engine. Thread-safe.
 void plugin_finalize();
 
@@ -50,7 +52,8 @@ int connect(int dev, void *handle, void **send_comm);
 int accept(void *listen_comm, void **recv_comm);
 int reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
 int dereg_mr(void *comm, void *mhandle);
-int isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request);
+int isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request,
+          void *phandle = nullptr);
 int irecv(void *recv_comm, int n, void **data, const size_t *sizes, const int *tags,
           void **mhandles, void **request);
 int iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request);

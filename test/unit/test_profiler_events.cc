@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// The net plugin's profiler events: emitted as children of NCCL's proxy-step handle with our
+// versioned descriptor, never with a NULL parent, failovers included.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "clock.h"
+#include "comm.h"
+#include "nccl_abi/profiler_net_vigil.h"
+#include "telemetry/registry.h"
+
+namespace {
+
+namespace vn = vigil::net;
+
+// A send path whose messages are acked as soon as progress() runs.
+class InstantPath final : public vn::SendPath
+{
+public:
+    explicit InstantPath(int dev) : dev_(dev) {}
+    void begin(uint64_t first_seq, uint32_t) override { next_ = first_seq; }
+    void post(const vn::OutMessage &m) override { next_ = m.seq + 1; }
+    bool idle() const override { return true; }
+    void probe() override {}
+    void sabotage() override {}
+    int local_dev() const override { return dev_; }
+    vn::PathStatus progress(uint64_t *acked) override
+    {
+        if (next_ > *acked) *acked = next_;
+        vn::PathStatus st;
+        st.heard = true;
+        return st;
+    }
+    int fd(size_t) const override { return -1; }
+    size_t nfds() const override { return 0; }
+    std::string describe() const override { return "dev fake" + std::to_string(dev_) + " a:1 -> b:2"; }
+
+private:
+    int dev_;
+    uint64_t next_ = 0;
+};
+
+struct Call {
+    int type;
+    void *parent;
+    int64_t id;
+    vigilNetProfDescr_v1_t descr;
+};
+std::vector<Call> g_calls;
+bool g_give_handle = true;
+int g_handle_token;
+
+ncclResult_t fake_profiler(void **eHandle, int type, void *pHandle, int64_t pluginId, void *extData)
+{
+    Call c{type, pHandle, pluginId, {}};
+    if (type == 0) {
+        c.descr = *static_cast<vigilNetProfDescr_v1_t *>(extData);
+        if (g_give_handle) *eHandle = &g_handle_token;
+    } else {
+        REQUIRE(*eHandle == &g_handle_token); // stop only for an event we were given
+    }
+    g_calls.push_back(c);
+    return ncclSuccess;
+}
+
+vn::FailoverConfig config()
+{
+    vn::FailoverConfig c;
+    c.window_ns = 20'000; // 20 us windows: several close between sends below
+    return c;
+}
+
+std::unique_ptr<vn::SendComm> make_comm()
+{
+    std::array<std::unique_ptr<vn::SendPath>, vn::kMaxPaths> p;
+    p[vn::kPrimary] = std::make_unique<InstantPath>(3);
+    p[vn::kBackup] = std::make_unique<InstantPath>(4);
+    return std::make_unique<vn::SendComm>(std::move(p), config());
+}
+
+void send_some(vn::SendComm &c, void *phandle, int n)
+{
+    static uint8_t buf[4096];
+    for (int i = 0; i < n; ++i) {
+        vn::Request *r = nullptr;
+        REQUIRE(c.isend(buf, sizeof(buf), 0, &r, phandle) == 0);
+        REQUIRE(r != nullptr);
+        int done = 0;
+        while (!done) REQUIRE(c.test(r, &done, nullptr) == 0);
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+}
+
+struct Fixture {
+    Fixture()
+    {
+        REQUIRE(vigil::telemetry::Registry::instance().open(20'000, -1) == 0);
+        g_calls.clear();
+        g_give_handle = true;
+        vn::SendComm::set_profiler(fake_profiler);
+    }
+    ~Fixture() { vn::SendComm::set_profiler(nullptr); }
+};
+
+} // namespace
+
+TEST_CASE("net events are children of the proxy-step handle, with our descriptor", "[profiler]")
+{
+    Fixture f;
+    auto c = make_comm();
+    int step = 0;
+    send_some(*c, &step, 40);
+    int windows = 0, starts = 0, stops = 0;
+    for (const Call &k : g_calls) {
+        if (k.type == 0) {
+            ++starts;
+            CHECK(k.parent == &step);
+            CHECK(k.id == VIGIL_PROFILER_NET_ID);
+            CHECK((k.id & 0xffff) == VIGIL_PROFILER_NET_VERSION);
+            if (k.descr.type == vigilNetProfWindow) {
+                ++windows;
+                CHECK(k.descr.dev == 3);
+                CHECK(k.descr.slot == vn::kPrimary);
+                CHECK(k.descr.window_us == 20);
+                CHECK(k.descr.generation == 1);
+            }
+        } else {
+            ++stops;
+            CHECK(k.type == 1);
+        }
+    }
+    CHECK(windows > 0);
+    CHECK(stops == starts); // every started event is stopped
+}
+
+TEST_CASE("no net event without a parent handle", "[profiler]")
+{
+    Fixture f;
+    auto c = make_comm();
+    send_some(*c, nullptr, 40);
+    CHECK(g_calls.empty());
+}
+
+TEST_CASE("a failover is reported as a net event; stop only follows a started event", "[profiler]")
+{
+    Fixture f;
+    g_give_handle = false; // as when the profiler's NetPlugin bit is off
+    auto c = make_comm();
+    int step = 0;
+    send_some(*c, &step, 3);
+    c->fail_path(vn::kPrimary, "test", false);
+    send_some(*c, &step, 3);
+    bool failover = false;
+    for (const Call &k : g_calls) {
+        CHECK(k.type == 0); // no stop: start gave no handle
+        if (k.descr.type == vigilNetProfFailover) {
+            failover = true;
+            CHECK(k.descr.slot == vn::kPrimary);
+            CHECK(k.descr.dev == 3);
+            CHECK(k.descr.generation == 2);
+        }
+    }
+    CHECK(failover);
+}
