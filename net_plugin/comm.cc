@@ -121,7 +121,12 @@ PathTelemetry::PathTelemetry(const FailoverConfig &cfg, int kind, int slot, int 
           return telemetry::Registry::instance().acquire(kind, slot, dev, d, l, p, conn_id);
       }()),
       sink(entry, (kind == 0 ? "send " : "recv ") + desc),
-      meter(cfg.window_ns, &sink, cfg.detector)
+      meter(cfg.window_ns, &sink, [&] {
+          telemetry::DetectorConfig d = cfg.detector;
+          if (dev >= 0 && static_cast<size_t>(dev) < cfg.link_bytes_per_s.size())
+              d.link_bytes_per_s = cfg.link_bytes_per_s[static_cast<size_t>(dev)];
+          return d;
+      }())
 {
 }
 

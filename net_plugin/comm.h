@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "fabric.h"
 #include "nccl_abi/nccl_common.h"
@@ -112,6 +113,7 @@ struct FailoverConfig {
     // in the process's registry; 0 turns the meters off.
     uint64_t window_ns = 0;
     telemetry::DetectorConfig detector;
+    std::vector<double> link_bytes_per_s; ///< per local device: caps the detector's baseline
 };
 
 /// One path's telemetry: its registry entry, the sink writing windows there, and the meter.

@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <ctime>
+#include <pthread.h>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -72,6 +75,29 @@ struct Writer {
     uint64_t written = 0;
     std::vector<uint64_t> next; // per registry entry: next ring index to write
 };
+
+// Signal path: only async-signal-safe operations in the handler (atomics, nanosleep,
+// sigaction, raise); the writer thread does the work.
+std::atomic<int> g_signal{0};
+std::atomic<bool> g_signal_flushed{false};
+struct sigaction g_prev_term, g_prev_abrt;
+bool g_handlers = false;
+
+void on_fatal_signal(int sig, siginfo_t *info, void *ctx)
+{
+    g_signal.store(sig);
+    timespec step{0, 10'000'000};
+    for (int i = 0; i < 30 && !g_signal_flushed.load(); ++i) nanosleep(&step, nullptr);
+    struct sigaction &prev = sig == SIGTERM ? g_prev_term : g_prev_abrt;
+    if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+        prev.sa_sigaction(sig, info, ctx);
+    } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+        prev.sa_handler(sig);
+    } else if (prev.sa_handler == SIG_DFL) {
+        sigaction(sig, &prev, nullptr);
+        raise(sig);
+    }
+}
 
 Writer &w()
 {
@@ -163,14 +189,29 @@ void drain(Writer &wr)
 
 void loop()
 {
+    // The signal handler waits for this thread: never run it here.
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGABRT);
+    pthread_sigmask(SIG_BLOCK, &block, nullptr);
     Writer &wr = w();
     std::unique_lock<std::mutex> lk(wr.mu);
     while (!wr.stop) {
-        wr.cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return wr.stop || wr.flush; });
-        const bool sync = std::exchange(wr.flush, false);
+        wr.cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return wr.stop || wr.flush; });
+        bool sync = std::exchange(wr.flush, false);
+        const int sig = g_signal.load();
         lk.unlock();
+        if (sig != 0 && !g_signal_flushed.load()) {
+            char buf[128];
+            const int n = std::snprintf(buf, sizeof(buf), "{\"type\":\"signal\",\"signal\":%d,\"mono_ns\":%llu}\n", sig,
+                                        static_cast<unsigned long long>(now_ns()));
+            put(wr, buf, n);
+            sync = true;
+        }
         drain(wr);
         if (sync && wr.out != nullptr) fsync(fileno(wr.out));
+        if (sig != 0) g_signal_flushed.store(true);
         lk.lock();
     }
     lk.unlock();
@@ -211,6 +252,15 @@ int start_writer(const std::string &dir, uint64_t max_file_bytes)
     wr.running = true;
     wr.stop = false;
     wr.thread = std::thread(loop);
+    if (!g_handlers) {
+        struct sigaction sa {};
+        sa.sa_sigaction = on_fatal_signal;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, &g_prev_term);
+        sigaction(SIGABRT, &sa, &g_prev_abrt);
+        g_handlers = true;
+    }
     return 0;
 }
 
@@ -235,6 +285,11 @@ void stop_writer() noexcept
     }
     wr.cv.notify_all();
     wr.thread.join();
+    if (g_handlers) {
+        sigaction(SIGTERM, &g_prev_term, nullptr);
+        sigaction(SIGABRT, &g_prev_abrt, nullptr);
+        g_handlers = false;
+    }
     std::lock_guard<std::mutex> g(wr.mu);
     wr.running = false;
     if (wr.out != nullptr) std::fclose(wr.out);

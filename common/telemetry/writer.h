@@ -16,7 +16,10 @@ namespace vigil::telemetry {
 enum class EventType { kFailover, kFailback, kRebuild, kPathLost, kDegraded, kHealthy, kFatal };
 void record_event(EventType type, const std::string &text) noexcept;
 
-/// Starts the writer (idempotent). Returns 0 or -errno (bad directory).
+/// Starts the writer (idempotent). Returns 0 or -errno (bad directory). Also installs
+/// SIGTERM and SIGABRT handlers (chained to the previous ones): the handler only sets a flag
+/// and waits (nanosleep, at most 300 ms) for the writer thread to write a "signal" record,
+/// drain everything and fsync; then the previous handler runs, or the default action.
 int start_writer(const std::string &dir, uint64_t max_file_bytes);
 /// Writes everything pending now and syncs the file (fatal error path). Thread-safe; no-op
 /// when the writer is not running.

@@ -28,7 +28,7 @@ bool transient_connect_error(int err)
 
 } // namespace
 
-FailoverConfig failover_config(const Params &params)
+FailoverConfig failover_config(const Params &params, const std::vector<Device> &devs)
 {
     FailoverConfig c;
     c.fatal_timeout_ns = static_cast<uint64_t>(params.fatal_timeout_ms) * 1'000'000ull;
@@ -38,6 +38,7 @@ FailoverConfig failover_config(const Params &params)
     c.window_ns = params.telemetry ? static_cast<uint64_t>(params.window_us) * 1000ull : 0;
     c.detector.fraction = static_cast<double>(params.degrade_pct) / 100.0;
     c.detector.k = static_cast<int>(params.degrade_windows);
+    for (const Device &d : devs) c.link_bytes_per_s.push_back(static_cast<double>(d.speed_mbps) * 1e6 / 8);
     return c;
 }
 
@@ -82,7 +83,7 @@ int TcpListener::create(const std::vector<Device> &devs, int dev_index, const Pa
     if (int rc = random_bytes(l->nonce_.data(), l->nonce_.size()); rc != 0) return rc;
     l->devs_ = devs;
     l->timeout_ns_ = static_cast<uint64_t>(params.handshake_timeout_ms) * 1'000'000ull;
-    l->failover_ = failover_config(params);
+    l->failover_ = failover_config(params, devs);
     handle->dev = static_cast<uint16_t>(dev_index);
     handle->nonce = l->nonce_;
     *out = std::move(l);
@@ -546,7 +547,7 @@ int TcpConnector::progress(std::unique_ptr<SendComm> *out)
         desc += (desc.empty() ? "" : ", ") + paths[static_cast<size_t>(k)]->describe();
     }
     auto comm = std::make_unique<SendComm>(
-        std::move(paths), failover_config(params_),
+        std::move(paths), failover_config(params_, devs_),
         std::make_unique<TcpRebuilder>(devs_, plan_, nonce_, conn_id_, params_));
     if (int rc = comm->attach(); rc != 0) {
         VLOG_WARN("connect: progress engine registration failed: %s", strerror(-rc));

@@ -221,7 +221,8 @@ private:
     uint64_t next_sweep_ns_ = 0;
 };
 
-/// The VIGIL_* failover values as the core's FailoverConfig.
-FailoverConfig failover_config(const Params &params);
+/// The VIGIL_* failover and telemetry values as the core's FailoverConfig; `devs` gives each
+/// device's link speed (the detector's baseline cap).
+FailoverConfig failover_config(const Params &params, const std::vector<Device> &devs);
 
 } // namespace vigil::net::tcp

@@ -11,6 +11,8 @@
 #   files         VIGIL_TELEMETRY_DIR with a 256 KiB rotation bound through an injected
 #                 failover, then both ports down: the files parse, are bounded and rotated,
 #                 hold windows, the failover event and the fatal error flushed before exit
+#   sigterm       VIGIL_TELEMETRY_DIR set, the sender gets SIGTERM mid-stream: it still dies
+#                 of SIGTERM, and its file ends with the signal record after its windows
 source "$(dirname "$0")/../functional/lib.sh"
 need_root_lab
 if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 2 -P 2 -- "$0" "$@"; fi
@@ -146,6 +148,26 @@ assert kinds.get("window", 0) > 100, kinds
 assert "failover" in events, events
 assert "fatal" in events, events
 print(f"{len(files)} files, records {kinds}, events {sorted(set(events))}")
+PY
+    ;;
+sigterm)
+    dir=$TMP/tel; mkdir -p "$dir"
+    export VIGIL_TELEMETRY_DIR=$dir
+    start --workload bandwidth --bytes 128K --iters 1000000
+    sleep 1
+    pid=$(sender_pid)
+    [[ -n $pid ]] || fail "no sender process"
+    kill -TERM "$pid"
+    rc=0; wait "${PIDS[0]}" || rc=$?
+    kill "${PIDS[1]}" 2>/dev/null || true; wait 2>/dev/null || true
+    ((rc == 143)) || fail "the sender exited with $rc, not by SIGTERM (143): the handler must chain to the default action"
+    python3 - "$dir/vigil-$(hostname)-$pid.jsonl" <<'PY' || fail "no signal record"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+sig = [i for i, r in enumerate(recs) if r["type"] == "signal"]
+assert sig and recs[sig[0]]["signal"] == 15, "no SIGTERM record"
+assert sum(1 for r in recs if r["type"] == "window") > 100, "too few windows"
+print(f"{len(recs)} records, signal record at {sig[0]}")
 PY
     ;;
 *) fail "unknown case $1" ;;
