@@ -132,7 +132,10 @@ PathTelemetry::PathTelemetry(const FailoverConfig &cfg, int kind, int slot, int 
 
 PathTelemetry::~PathTelemetry()
 {
-    telemetry::Registry::instance().release(entry);
+    // The path's last, partial window still reaches the ring, and the writer (if any) drains
+    // the entry before it is reused.
+    meter.flush(now_ns());
+    telemetry::Registry::instance().release(entry, telemetry::writer_running());
 }
 
 // ---- SendComm ---------------------------------------------------------------------------

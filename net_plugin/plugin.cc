@@ -218,10 +218,7 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
         if (int rc = discover_locked(st); rc != 0) return rc;
         st.discovered = true;
     }
-    if (int rc = ProgressEngine::instance().start(); rc != 0) {
-        VLOG_WARN("cannot start the progress thread: %s", strerror(-rc));
-        return rc;
-    }
+    // Telemetry first: a bad VIGIL_TELEMETRY_DIR fails init before any thread starts.
     if (st.params.telemetry) {
         const uint64_t window_ns = static_cast<uint64_t>(st.params.window_us) * 1000ull;
         if (int rc = telemetry::Registry::instance().open(window_ns, -1); rc != 0)
@@ -230,14 +227,20 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
             VLOG_INFO(NCCL_INIT, "telemetry: %llu us windows in %s",
                       static_cast<unsigned long long>(st.params.window_us),
                       telemetry::Registry::instance().path().c_str());
-        if (!st.params.telemetry_dir.empty()) {
+        if (!st.params.telemetry_dir.empty() && telemetry::Registry::instance().is_open()) {
             if (int rc = telemetry::start_writer(st.params.telemetry_dir,
                                                  static_cast<uint64_t>(st.params.telemetry_max_bytes));
                 rc != 0) {
-                VLOG_WARN("VIGIL_TELEMETRY_DIR=\"%s\": %s", st.params.telemetry_dir.c_str(), strerror(-rc));
+                VLOG_WARN("bad VIGIL_TELEMETRY_DIR=\"%s\": %s", st.params.telemetry_dir.c_str(),
+                          strerror(-rc));
                 return -EINVAL;
             }
         }
+    }
+    if (int rc = ProgressEngine::instance().start(); rc != 0) {
+        VLOG_WARN("cannot start the progress thread: %s", strerror(-rc));
+        telemetry::stop_writer();
+        return rc;
     }
     std::vector<std::string> names;
     for (const Device &d : st.devices) names.push_back(d.name);

@@ -2,6 +2,7 @@
 // Telemetry registry: shared-memory segment, per-path rings, readers, stale reaping.
 #include "registry.h"
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -10,7 +11,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <mutex>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +44,22 @@ bool pid_alive(int pid)
     return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
+namespace {
+
+// "<digits>-<16 hex>" after the prefix: only names open() creates.
+bool segment_name(const std::string &rest)
+{
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || rest.size() - dash - 1 != 16) return false;
+    for (size_t i = 0; i < dash; ++i)
+        if (rest[i] < '0' || rest[i] > '9') return false;
+    for (size_t i = dash + 1; i < rest.size(); ++i)
+        if (!std::isxdigit(static_cast<unsigned char>(rest[i]))) return false;
+    return true;
+}
+
+} // namespace
+
 std::vector<std::string> list_registries()
 {
     std::vector<std::string> out;
@@ -50,7 +69,8 @@ std::vector<std::string> list_registries()
     if (d == nullptr) return out;
     while (dirent *e = readdir(d)) {
         const std::string name = e->d_name;
-        if (name.rfind(base, 0) == 0) out.push_back("/dev/shm/" + name);
+        if (name.rfind(base, 0) == 0 && segment_name(name.substr(base.size())))
+            out.push_back("/dev/shm/" + name);
     }
     closedir(d);
     return out;
@@ -59,14 +79,12 @@ std::vector<std::string> list_registries()
 int reap_stale()
 {
     int n = 0;
-    const std::string pre = prefix();
     for (const std::string &f : list_registries()) {
-        // Only names this code creates: the prefix and a decimal pid, nothing else.
-        const char *digits = f.c_str() + pre.size();
-        char *end = nullptr;
-        const long pid = std::strtol(digits, &end, 10);
-        if (end == digits || *end != '\0' || pid <= 0) continue;
-        if (!pid_alive(static_cast<int>(pid)) && unlink(f.c_str()) == 0) ++n;
+        int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) continue;
+        // The owner holds LOCK_SH for its lifetime: an exclusive lock means nobody does.
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(f.c_str()) == 0) ++n;
+        ::close(fd);
     }
     return n;
 }
@@ -82,23 +100,31 @@ int Registry::open(uint64_t window_ns, int rank)
     std::lock_guard<std::mutex> g(g_mu);
     if (base_.load() != nullptr) return 0;
     reap_stale();
-    path_ = prefix() + std::to_string(getpid());
-    int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    uint64_t token = 0;
+    getrandom(&token, sizeof(token), 0);
+    char suffix[32];
+    std::snprintf(suffix, sizeof(suffix), "%d-%016llx", static_cast<int>(getpid()),
+                  static_cast<unsigned long long>(token));
+    path_ = prefix() + suffix;
+    int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return -errno;
     fchmod(fd, 0600); // owner-only whatever the umask
+    flock(fd, LOCK_SH);
     size_ = registry_bytes(kMaxPaths);
-    if (ftruncate(fd, static_cast<off_t>(size_)) != 0) {
+    // Reserve the memory now: a tmpfs that runs out later would SIGBUS the data path.
+    if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(size_)); rc != 0) {
+        ::close(fd);
+        unlink(path_.c_str());
+        return -rc;
+    }
+    void *p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
         int rc = -errno;
         ::close(fd);
         unlink(path_.c_str());
         return rc;
     }
-    void *p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) {
-        unlink(path_.c_str());
-        return -errno;
-    }
+    fd_ = fd;
     auto *h = static_cast<RegistryHeader *>(p);
     std::memcpy(h->magic, kRegistryMagic, sizeof(h->magic));
     h->version = kRegistryVersion;
@@ -169,11 +195,11 @@ PathEntry *Registry::entry_at(uint32_t i) const
     return reinterpret_cast<PathEntry *>(static_cast<char *>(base) + sizeof(RegistryHeader)) + i;
 }
 
-void Registry::release(PathEntry *e)
+void Registry::release(PathEntry *e, bool retire)
 {
     if (e == nullptr) return;
-    e->state.store(kUnused);
-    e->in_use.store(0, std::memory_order_release);
+    e->state.store(retire ? kDead : kUnused); // retired: dead until the writer frees it
+    e->in_use.store(retire ? 2 : 0, std::memory_order_release);
 }
 
 void ring_push(PathEntry &e, const WindowRecord &w) noexcept
@@ -188,6 +214,9 @@ void ring_push(PathEntry &e, const WindowRecord &w) noexcept
         }
         r.consumer_pid.store(0, std::memory_order_release); // consumer died: overwrite again
     }
+    // Seqlock writer order: the stores below must not become visible before the previous
+    // head store (matters on weakly ordered CPUs; readers re-check head after copying).
+    std::atomic_thread_fence(std::memory_order_release);
     WindowRecord &slot = e.records[head % r.capacity];
     slot = w;
     slot.reserved[0] = head; // the ring index, so readers can tell an overwritten slot

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The per-host telemetry registry: one shared-memory segment per process,
-// /dev/shm/vigil-<uid>-<pid>, mode 0600, with a documented, versioned binary layout:
+// /dev/shm/vigil-<uid>-<pid>-<16 hex>, mode 0600 (the random suffix keeps processes of
+// different pid namespaces apart), with a documented, versioned binary layout:
 //
 //   RegistryHeader                       (4 KiB: identity of the process)
 //   PathEntry[max_paths]                 (each: path identity + a single-producer ring of
@@ -10,7 +11,10 @@
 // Readers: the `vigil` tool, the tuner. Readers never block writers: a reader that peeks
 // detects records overwritten while it copied them; one reader may register as the ring's
 // consumer, and then the producer drops windows when that consumer falls behind and counts
-// them in `dropped`. Segments of processes that no longer exist are removed by reap_stale().
+// them in `dropped`. The owner holds a shared flock on its segment for its lifetime; a
+// segment nobody holds is stale and removed by reap_stale() (works across pid namespaces).
+// Entry `in_use`: 0 free, 1 live, 2 retired (its path is gone; the telemetry writer still
+// drains it, then frees it).
 // All multi-byte fields are little-endian (the host's; x86-64 and aarch64).
 #pragma once
 
@@ -25,8 +29,9 @@ namespace vigil::telemetry {
 
 inline constexpr char kRegistryMagic[8] = {'V', 'G', 'L', 'R', 'E', 'G', '0', '1'};
 inline constexpr uint32_t kRegistryVersion = 1;
-inline constexpr uint32_t kRingCapacity = 512; // windows per path (0.5 s at 1 ms)
-inline constexpr uint32_t kMaxPaths = 256;
+inline constexpr uint32_t kRingCapacity = 256; // windows per path (256 ms at 1 ms; the
+                                               // writer drains every 50 ms)
+inline constexpr uint32_t kMaxPaths = 128;     // ~4.2 MB per process, reserved up front
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory atomics");
@@ -44,7 +49,7 @@ static_assert(sizeof(RingHeader) == 64);
 
 /// One path of one connection (send or receive side).
 struct PathEntry {
-    std::atomic<uint32_t> in_use; ///< 1 while a live path owns the entry (written last)
+    std::atomic<uint32_t> in_use; ///< 0 free, 1 live (written last), 2 retired
     uint8_t kind;                 ///< 0 send, 1 receive
     uint8_t slot;                 ///< 0 primary, 1 backup
     std::atomic<uint8_t> state;   ///< PathState
@@ -102,7 +107,9 @@ public:
     /// A free entry for a new path, or nullptr (registry closed or full).
     PathEntry *acquire(int kind, int slot, int dev, const std::string &dev_name,
                        const std::string &local, const std::string &peer, uint64_t conn_id);
-    void release(PathEntry *e);
+    /// The path is gone. With `retire` (a telemetry writer runs) the entry waits for the
+    /// writer's last drain, which frees it; otherwise it is free at once.
+    void release(PathEntry *e, bool retire = false);
     std::string path() const { return path_; }
     /// This process's own entries, writable (for the telemetry writer, the rings' consumer).
     uint32_t entries_used() const;
@@ -111,6 +118,7 @@ public:
 private:
     std::atomic<void *> base_{nullptr};
     size_t size_ = 0;
+    int fd_ = -1; // kept open: its shared flock marks the segment as live
     uint64_t window_ns_ = 0;
     std::string path_;
 };
@@ -155,9 +163,10 @@ private:
     const RegistryHeader *hdr_ = nullptr;
 };
 
-/// Segment files of this user in /dev/shm ("/dev/shm/vigil-<uid>-<pid>").
+/// Segment files of this user in /dev/shm ("/dev/shm/vigil-<uid>-<pid>-<16 hex>").
 std::vector<std::string> list_registries();
-/// Removes segments of this user whose process no longer exists. Returns how many.
+/// Removes segments of this user that no process holds (their flock is free). Returns how
+/// many. Files not named like a segment are never touched.
 int reap_stale();
 /// True when pid `pid` exists.
 bool pid_alive(int pid);

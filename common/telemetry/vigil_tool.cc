@@ -227,7 +227,7 @@ std::string metrics(bool extra)
             if (e.in_use.load(std::memory_order_acquire) == 0) continue;
             const std::string labels =
                 "{host=\"" + label_value(h.host, sizeof(h.host)) + "\",pid=\"" + std::to_string(h.pid) +
-                "\",device=\"" + label_value(e.dev_name, sizeof(e.dev_name)) + "\",peer=\"" +
+                "\",path=\"" + std::to_string(i) + "\",device=\"" + label_value(e.dev_name, sizeof(e.dev_name)) + "\",peer=\"" +
                 label_value(e.peer, sizeof(e.peer)) + "\",kind=\"" + (e.kind == 0 ? "send" : "recv") +
                 "\",slot=\"" + (e.slot == 0 ? "primary" : "backup") + "\"}";
             const Recent r = recent(e, 1'000'000'000ull);

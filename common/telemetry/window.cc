@@ -87,6 +87,15 @@ void PathMeter::account(uint64_t now)
     }
 }
 
+void PathMeter::flush(uint64_t now)
+{
+    advance(now);
+    if (!started_) return;
+    end_ = std::max(now, start_);
+    close_window();
+    started_ = false;
+}
+
 void PathMeter::close_window()
 {
     account(end_);

@@ -121,6 +121,8 @@ public:
     void set_state(uint64_t now, PathState s, uint32_t generation);
     /// Closes every window that ended before `now`.
     void advance(uint64_t now);
+    /// Closes the current window at `now` too, however short (the path is going away).
+    void flush(uint64_t now);
     bool degraded() const { return detector_.degraded(); }
 
 private:

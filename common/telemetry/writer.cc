@@ -73,7 +73,9 @@ struct Writer {
     uint64_t max_bytes = 0;
     FILE *out = nullptr;
     uint64_t written = 0;
-    std::vector<uint64_t> next; // per registry entry: next ring index to write
+    std::vector<uint64_t> next;      // per registry entry: next ring index to write
+    std::vector<uint8_t> described;  // per entry: its "path" record is in the current file
+    std::atomic<bool> live{false};
 };
 
 // Signal path: only async-signal-safe operations in the handler (atomics, nanosleep,
@@ -112,6 +114,8 @@ void rotate_if_needed(Writer &wr)
     std::rename(wr.file.c_str(), (wr.file + ".1").c_str());
     wr.out = std::fopen(wr.file.c_str(), "w");
     wr.written = 0;
+    // Each file stands alone: describe every path again before its next window.
+    std::fill(wr.described.begin(), wr.described.end(), 0);
 }
 
 void put(Writer &wr, const char *line, int n)
@@ -136,9 +140,11 @@ void drain(Writer &wr)
     }
     char buf[1024];
     for (const Event &e : evs) {
-        const int n = std::snprintf(buf, sizeof(buf), "{\"type\":\"event\",\"event\":\"%s\",\"mono_ns\":%llu,\"text\":\"%s\"}\n",
-                                    type_name(e.type), static_cast<unsigned long long>(e.ns), escape(e.text).c_str());
-        put(wr, buf, std::min<int>(n, sizeof(buf) - 1));
+        // Bounded so the line always closes: 640 characters escape to at most 3840 bytes.
+        const std::string text = escape(e.text.substr(0, 640));
+        std::string line = std::string("{\"type\":\"event\",\"event\":\"") + type_name(e.type) +
+                           "\",\"mono_ns\":" + std::to_string(e.ns) + ",\"text\":\"" + text + "\"}\n";
+        put(wr, line.data(), static_cast<int>(line.size()));
     }
     if (evdrop) {
         const int n = std::snprintf(buf, sizeof(buf), "{\"type\":\"events_dropped\",\"count\":%llu}\n",
@@ -146,25 +152,36 @@ void drain(Writer &wr)
         put(wr, buf, n);
     }
     const uint32_t n_entries = reg.entries_used();
-    if (wr.next.size() < n_entries) wr.next.resize(n_entries, 0);
+    if (wr.next.size() < n_entries) {
+        wr.next.resize(n_entries, 0);
+        wr.described.resize(n_entries, 0);
+    }
+    const uint32_t me = static_cast<uint32_t>(getpid());
     for (uint32_t i = 0; i < n_entries; ++i) {
         PathEntry &e = *reg.entry_at(i); // our own entry, writable: we are its ring's consumer
-        if (e.in_use.load(std::memory_order_acquire) == 0) continue;
-        const uint32_t me = static_cast<uint32_t>(getpid());
-        if (e.ring.consumer_pid.load() != me) {
+        const uint32_t use = e.in_use.load(std::memory_order_acquire);
+        if (use == 0) {
+            wr.described[i] = 0;
+            continue;
+        }
+        if (e.ring.consumer_pid.load() != me) { // a new path in this entry
             e.ring.tail.store(e.ring.head.load());
             e.ring.consumer_pid.store(me);
             wr.next[i] = e.ring.tail.load();
+            wr.described[i] = 0;
+        }
+        if (!wr.described[i]) {
             const int n = std::snprintf(buf, sizeof(buf),
                                         "{\"type\":\"path\",\"path\":%u,\"kind\":\"%s\",\"slot\":\"%s\",\"device\":\"%.16s\","
                                         "\"local\":\"%.64s\",\"peer\":\"%.64s\",\"conn\":%llu}\n",
                                         i, e.kind == 0 ? "send" : "recv", e.slot == 0 ? "primary" : "backup",
                                         e.dev_name, e.local, e.peer, static_cast<unsigned long long>(e.conn_id));
             put(wr, buf, std::min<int>(n, sizeof(buf) - 1));
+            wr.described[i] = 1;
         }
         const uint64_t head = e.ring.head.load(std::memory_order_acquire);
         uint64_t &k = wr.next[i];
-        if (k < e.ring.tail.load()) k = e.ring.tail.load(); // re-used entry
+        if (k < e.ring.tail.load()) k = e.ring.tail.load();
         for (; k < head; ++k) {
             WindowRecord r;
             if (!RegistryView::read(e, k, &r)) continue;
@@ -183,6 +200,11 @@ void drain(Writer &wr)
             put(wr, buf, n);
         }
         e.ring.tail.store(head, std::memory_order_release);
+        if (use == 2) { // retired and drained: free the entry for a new path
+            e.ring.consumer_pid.store(0);
+            e.in_use.store(0, std::memory_order_release);
+            wr.described[i] = 0;
+        }
     }
     if (wr.out != nullptr) std::fflush(wr.out);
 }
@@ -250,18 +272,24 @@ int start_writer(const std::string &dir, uint64_t max_file_bytes)
     if (wr.out == nullptr) return -errno;
     wr.max_bytes = max_file_bytes;
     wr.running = true;
+    wr.live.store(true);
     wr.stop = false;
     wr.thread = std::thread(loop);
     if (!g_handlers) {
         struct sigaction sa {};
         sa.sa_sigaction = on_fatal_signal;
-        sa.sa_flags = SA_SIGINFO;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, &g_prev_term);
         sigaction(SIGABRT, &sa, &g_prev_abrt);
         g_handlers = true;
     }
     return 0;
+}
+
+bool writer_running() noexcept
+{
+    return w().live.load(std::memory_order_acquire);
 }
 
 void flush_writer() noexcept
@@ -285,10 +313,23 @@ void stop_writer() noexcept
     }
     wr.cv.notify_all();
     wr.thread.join();
+    wr.live.store(false);
     if (g_handlers) {
-        sigaction(SIGTERM, &g_prev_term, nullptr);
-        sigaction(SIGABRT, &g_prev_abrt, nullptr);
+        // Restore only what is still ours: a handler installed after us stays.
+        for (auto [sig, prev] : {std::pair{SIGTERM, &g_prev_term}, std::pair{SIGABRT, &g_prev_abrt}}) {
+            struct sigaction cur {};
+            sigaction(sig, nullptr, &cur);
+            if ((cur.sa_flags & SA_SIGINFO) != 0 && cur.sa_sigaction == on_fatal_signal)
+                sigaction(sig, prev, nullptr);
+        }
         g_handlers = false;
+    }
+    // Nobody consumes the rings any more: producers overwrite again; retired entries free.
+    Registry &reg = Registry::instance();
+    for (uint32_t i = 0; i < reg.entries_used(); ++i) {
+        PathEntry *e = reg.entry_at(i);
+        e->ring.consumer_pid.store(0);
+        if (e->in_use.load() == 2) e->in_use.store(0, std::memory_order_release);
     }
     std::lock_guard<std::mutex> g(wr.mu);
     wr.running = false;

@@ -24,7 +24,10 @@ int start_writer(const std::string &dir, uint64_t max_file_bytes);
 /// Writes everything pending now and syncs the file (fatal error path). Thread-safe; no-op
 /// when the writer is not running.
 void flush_writer() noexcept;
-/// Stops the writer after a final drain (idempotent).
+/// Stops the writer after a final drain (idempotent); frees retired entries and gives up
+/// being the rings' consumer.
 void stop_writer() noexcept;
+/// True while the writer runs (entries of closed paths then wait for its last drain).
+bool writer_running() noexcept;
 
 } // namespace vigil::telemetry

@@ -8,7 +8,7 @@
 #                 loaded): nothing is flagged
 #   readers       `vigil dump --follow` and `vigil export` run through a failover: the job
 #                 stays exact, every dump line parses as JSON, the exposition parses strictly
-#   files         VIGIL_TELEMETRY_DIR with a 256 KiB rotation bound through an injected
+#   files         VIGIL_TELEMETRY_DIR with a 64 KiB rotation bound through an injected
 #                 failover, then both ports down: the files parse, are bounded and rotated,
 #                 hold windows, the failover event and the fatal error flushed before exit
 #   sigterm       VIGIL_TELEMETRY_DIR set, the sender gets SIGTERM mid-stream: it still dies
@@ -113,7 +113,7 @@ print(f"dump --follow: {n} JSON lines")' "$TMP/follow.jsonl"
     ;;
 files)
     dir=$TMP/tel; mkdir -p "$dir"
-    export VIGIL_TELEMETRY_DIR=$dir VIGIL_TELEMETRY_MAX_BYTES=256K VIGIL_FATAL_TIMEOUT_MS=1000 VIGIL_WINDOW_US=1000
+    export VIGIL_TELEMETRY_DIR=$dir VIGIL_TELEMETRY_MAX_BYTES=64K VIGIL_FATAL_TIMEOUT_MS=1000 VIGIL_WINDOW_US=1000
     RANK0_ENV=VIGIL_INJECT_FAIL=eth0:msgs=40
     RUN_ID=$((RUN_ID + 1)); OUT="$TMP/out.$RUN_ID"; rdv="unix:$TMP/rdv.$RUN_ID.sock"
     for r in 1 0; do
@@ -133,7 +133,7 @@ import glob, json, os, sys
 d = sys.argv[1]
 files = sorted(glob.glob(f"{d}/vigil-*.jsonl*"))
 assert files, "no telemetry files"
-bound = 256 * 1024 + 1024
+bound = 64 * 1024 + 4096
 kinds, events = {}, []
 for f in files:
     size = os.path.getsize(f)

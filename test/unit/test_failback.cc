@@ -1,335 +1,39 @@
 // SPDX-License-Identifier: Apache-2.0
 // Rebuild and failback in the transport core (comm.h): a primary and a backup path per
-// connection over an in-process fake fabric, plus a fake PathRebuilder (refused while "the
-// port is down", then a fresh path) and a fake PathAcceptor that hands the receiving end of
-// each rebuilt path to the RecvComm. The core reads CLOCK_MONOTONIC, so the tests run in real
-// time with small FailoverConfig values (hold 20 ms, backoff 5..40 ms).
+// connection over the in-process fake fabric of two_path_fabric.h, with its fake
+// PathRebuilder (refused while "the port is down", then a fresh path) and fake PathAcceptor
+// that hands the receiving end of each rebuilt path to the RecvComm; the send half of a path
+// can also be "stuck" (it holds what it is given and is not idle()). The core reads
+// CLOCK_MONOTONIC, so the tests run in real time with small FailoverConfig values (hold 20 ms,
+// backoff 5..40 ms).
 // Every test checks exact delivery (bytes, sizes, each message placed exactly once), that no
 // receive buffer is written after test() reported it done (canaries), and that
 // isend/irecv/test return 0 throughout.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <deque>
-#include <map>
-#include <memory>
-#include <set>
-#include <string>
-#include <thread>
-#include <utility>
+#include <cstdint>
 #include <vector>
 
 #include "clock.h"
 #include "comm.h"
+#include "two_path_fabric.h"
 
 namespace vn = vigil::net;
+namespace tp = vigil::test::two_path;
 using vn::kBackup;
 using vn::kPrimary;
-using vn::OutMessage;
-using vn::PathStatus;
 using vn::Placement;
-using vn::Request;
 
 namespace {
 
-constexpr uint64_t kMs = 1'000'000ull; // ns
-using SeqGen = std::pair<uint64_t, uint32_t>;
-using SeqGens = std::vector<SeqGen>;
-
-// ---- The fake fabric --------------------------------------------------------------------
-// (Lane, FakeSendPath and FakeRecvPath follow test_failover.cc; the send half can also be
-// "stuck": what it posts waits in an outbox and idle() is false until it is written.)
-
-struct Frame {
-    uint32_t gen = 0;
-    uint64_t seq = 0;
-    int32_t tag = 0;
-    uint64_t size = 0; // whole message
-    uint64_t offset = 0;
-    uint64_t len = 0;
-    std::vector<uint8_t> bytes;
-    bool probe = false;
-    bool located = false;
-    uint8_t *dest = nullptr;
-};
-
-struct Back {
-    enum Kind { kAck, kFailoverRequest } kind = kAck;
-    uint64_t seq = 0;
-    uint32_t gen = 0;
-};
-
-struct Located {
-    uint32_t gen;
-    uint64_t seq;
-    uint64_t offset;
-    Placement::Kind kind;
-};
-
-// One path: the fake send half, the link, the fake receive half. Lanes live in a deque owned
-// by the test (stable addresses), so a rebuilt path gets a fresh lane.
-struct Lane {
-    // -- sender half
-    uint32_t gen = 1;
-    uint64_t expect_seq = 0;
-    int non_dense_posts = 0;
-    SeqGens begins;                // (first_seq, gen)
-    std::vector<uint64_t> begin_ns; // when each begin() came
-    SeqGens posted;                // (seq, gen)
-    int probes = 0;
-    int send_sabotaged = 0;
-    bool stuck = false;        // written frames wait in `outbox`: the path is not idle()
-    std::deque<Frame> outbox;  // posted, not yet written
-    // -- the link
-    bool broken = false;
-    bool hold = false; // written frames wait on the wire until released
-    std::deque<Frame> wire;
-    std::deque<Back> back;
-    // -- receiver half
-    int recv_sabotaged = 0;
-    uint64_t last_ack = 0;
-    uint32_t last_ack_gen = 0;
-    std::vector<Located> locates;
-    uint64_t bytes_written = 0;
-    SeqGens acks;
-    int heartbeats = 0;
-
-    void break_link()
-    {
-        broken = true;
-        wire.clear();
-        back.clear();
-        outbox.clear();
-    }
-    void reply(Back b)
-    {
-        if (!broken) back.push_back(b);
-    }
-    size_t count(Placement::Kind kind, uint32_t g = 0) const
-    {
-        return static_cast<size_t>(std::count_if(locates.begin(), locates.end(), [&](const Located &l) {
-            return l.kind == kind && (g == 0 || l.gen == g);
-        }));
-    }
-};
-
-class FakeSendPath final : public vn::SendPath
-{
-public:
-    FakeSendPath(Lane &l, int dev) : l_(l), dev_(dev) {}
-    void begin(uint64_t first_seq, uint32_t gen) override
-    {
-        l_.begins.emplace_back(first_seq, gen);
-        l_.begin_ns.push_back(vigil::now_ns());
-        l_.expect_seq = first_seq;
-        l_.gen = gen;
-    }
-    void post(const OutMessage &m) override
-    {
-        if (m.seq != l_.expect_seq) ++l_.non_dense_posts;
-        l_.expect_seq = m.seq + 1;
-        l_.posted.emplace_back(m.seq, l_.gen);
-        if (l_.broken) return;
-        Frame f;
-        f.gen = l_.gen;
-        f.seq = m.seq;
-        f.tag = m.tag;
-        f.size = m.size;
-        f.len = m.size;
-        if (m.size > 0) f.bytes.assign(m.data, m.data + m.size);
-        queue().push_back(std::move(f));
-    }
-    bool idle() const override { return l_.outbox.empty(); }
-    void probe() override
-    {
-        ++l_.probes;
-        if (l_.broken) return;
-        Frame f;
-        f.gen = l_.gen;
-        f.probe = true;
-        queue().push_back(std::move(f));
-    }
-    void sabotage() override
-    {
-        ++l_.send_sabotaged;
-        l_.break_link();
-    }
-    int local_dev() const override { return dev_; }
-    PathStatus progress(uint64_t *acked_seq) override
-    {
-        PathStatus st;
-        if (l_.broken) return PathStatus{.error = -ECONNRESET, .detail = "fake link broken"};
-        if (!l_.stuck)
-            while (!l_.outbox.empty()) {
-                l_.wire.push_back(std::move(l_.outbox.front()));
-                l_.outbox.pop_front();
-            }
-        while (!l_.back.empty()) {
-            const Back b = l_.back.front();
-            l_.back.pop_front();
-            st.heard = true;
-            if (b.kind == Back::kAck) {
-                *acked_seq = std::max(*acked_seq, b.seq);
-            } else {
-                st.failover_requested = true;
-                st.failed_slot = b.gen; // the fake carries the request's value in its gen field
-            }
-        }
-        return st;
-    }
-    int fd(size_t) const override { return -1; }
-    size_t nfds() const override { return 0; }
-    std::string describe() const override { return "fake send path dev " + std::to_string(dev_); }
-
-private:
-    std::deque<Frame> &queue() { return (l_.stuck || !l_.outbox.empty()) ? l_.outbox : l_.wire; }
-
-    Lane &l_;
-    int dev_;
-};
-
-class FakeRecvPath final : public vn::RecvPath
-{
-public:
-    FakeRecvPath(Lane &l, int dev) : l_(l), dev_(dev) {}
-    PathStatus progress(vn::RecvSink &sink) override
-    {
-        if (l_.broken) return PathStatus{.error = -ECONNRESET, .detail = "fake link broken"};
-        PathStatus st;
-        while (!l_.hold && !l_.wire.empty()) {
-            Frame &f = l_.wire.front();
-            if (f.probe) {
-                l_.wire.pop_front();
-                st.heard = true;
-                continue;
-            }
-            if (!f.located) {
-                const Placement p = sink.locate(f.gen, f.seq, f.tag, f.size);
-                l_.locates.push_back({f.gen, f.seq, f.offset, p.kind});
-                if (p.kind == Placement::kNotPosted) break;
-                if (p.kind == Placement::kError)
-                    return PathStatus{.error = p.error, .detail = "frame refused"};
-                st.heard = true;
-                if (p.kind == Placement::kDiscard) {
-                    l_.wire.pop_front();
-                    continue;
-                }
-                f.located = true;
-                f.dest = p.dest;
-            }
-            if (f.len > 0 && sink.still_wanted(f.gen, f.seq)) {
-                std::memcpy(f.dest + f.offset, f.bytes.data(), f.len);
-                l_.bytes_written += f.len;
-            }
-            const uint64_t seq = f.seq, len = f.len;
-            const uint32_t gen = f.gen;
-            l_.wire.pop_front();
-            st.heard = true;
-            if (int rc = sink.landed(seq, len, gen); rc != 0)
-                return PathStatus{.error = rc, .detail = "landed refused"};
-        }
-        return st;
-    }
-    void ack(uint64_t ack_seq, uint32_t gen) override
-    {
-        l_.acks.emplace_back(ack_seq, gen);
-        l_.last_ack = ack_seq;
-        l_.last_ack_gen = gen;
-        l_.reply({Back::kAck, ack_seq, gen});
-    }
-    void request_failover(uint32_t gen) override { l_.reply({Back::kFailoverRequest, 0, gen}); }
-    void heartbeat() override
-    {
-        ++l_.heartbeats;
-        l_.reply({Back::kAck, l_.last_ack, l_.last_ack_gen});
-    }
-    void sabotage() override
-    {
-        ++l_.recv_sabotaged;
-        l_.break_link();
-    }
-    int local_dev() const override { return dev_; }
-    int fd(size_t) const override { return -1; }
-    size_t nfds() const override { return 0; }
-    std::string describe() const override { return "fake recv path dev " + std::to_string(dev_); }
-
-private:
-    Lane &l_;
-    int dev_;
-};
-
-// What the fake rebuilder and acceptor share with the test: the lanes, the rebuild knobs and
-// a log of every rebuild attempt.
-struct Fabric {
-    std::deque<Lane> lanes; // [0] primary, [1] backup, then one per rebuilt path
-    // -- rebuilder knobs, per slot
-    std::array<bool, vn::kMaxPaths> rebuildable{{true, true}}; // can_rebuild()
-    std::array<bool, vn::kMaxPaths> refuse{{true, true}};      // "the port is down"
-    std::array<int, vn::kMaxPaths> connecting{{0, 0}}; // calls answering "in progress" first
-    // -- rebuilder log, per slot
-    std::array<std::vector<uint64_t>, vn::kMaxPaths> attempts; // now_ns() of each progress()
-    std::array<std::vector<uint64_t>, vn::kMaxPaths> refused;  // ... of each refused one
-    std::array<std::vector<size_t>, vn::kMaxPaths> rebuilt;    // lane of each path handed out
-    std::array<std::vector<uint64_t>, vn::kMaxPaths> rebuilt_ns;
-    // -- acceptor: receive halves of rebuilt paths, in the order the sender rebuilt them
-    std::deque<std::pair<std::unique_ptr<vn::RecvPath>, int>> handover;
-    std::vector<int> accepted; // slots handed to the RecvComm
-    int polls = 0;
-};
-
-class FakeRebuilder final : public vn::PathRebuilder
-{
-public:
-    explicit FakeRebuilder(Fabric &f) : f_(f) {}
-    bool can_rebuild(int slot) const override { return f_.rebuildable.at(static_cast<size_t>(slot)); }
-    int progress(int slot, std::unique_ptr<vn::SendPath> *out) override
-    {
-        const size_t s = static_cast<size_t>(slot);
-        const uint64_t now = vigil::now_ns();
-        f_.attempts.at(s).push_back(now);
-        if (f_.refuse[s]) {
-            f_.refused[s].push_back(now);
-            return -ECONNREFUSED;
-        }
-        if (f_.connecting[s] > 0) {
-            --f_.connecting[s];
-            return 0; // in progress
-        }
-        Lane &l = f_.lanes.emplace_back();
-        const int dev = 10 + slot;
-        *out = std::make_unique<FakeSendPath>(l, dev);
-        f_.handover.emplace_back(std::make_unique<FakeRecvPath>(l, dev), slot);
-        f_.rebuilt[s].push_back(f_.lanes.size() - 1);
-        f_.rebuilt_ns[s].push_back(now);
-        return 0;
-    }
-
-private:
-    Fabric &f_;
-};
-
-class FakeAcceptor final : public vn::PathAcceptor
-{
-public:
-    explicit FakeAcceptor(Fabric &f) : f_(f) {}
-    int poll(std::unique_ptr<vn::RecvPath> *out, int *slot) override
-    {
-        ++f_.polls;
-        if (f_.handover.empty()) return 0;
-        *out = std::move(f_.handover.front().first);
-        *slot = f_.handover.front().second;
-        f_.handover.pop_front();
-        f_.accepted.push_back(*slot);
-        return 0;
-    }
-
-private:
-    Fabric &f_;
-};
+// The fake fabric, its rebuilder and acceptor, and the traffic checks: two_path_fabric.h.
+using tp::kMs;
+using tp::Lane;
+using tp::nap;
+using tp::SeqGen;
+using tp::SeqGens;
 
 constexpr uint64_t kHoldMs = 20;
 constexpr uint64_t kBackoffMinMs = 5;
@@ -348,224 +52,17 @@ vn::FailoverConfig config(uint64_t backoff_max_ms = kBackoffMaxMs)
 }
 
 // A connection over two lanes (device of slot i: 10 + i) with the fake rebuilder and
-// acceptor. nfds() is 0 everywhere, so nothing touches the progress engine.
-struct Net {
-    Fabric fab; // before the comms: destroyed after them
-    std::unique_ptr<vn::SendComm> send;
-    std::unique_ptr<vn::RecvComm> recv;
-
+// acceptor.
+struct Net : tp::Net {
     explicit Net(const vn::FailoverConfig &cfg)
+        : tp::Net(cfg, /*with_backup=*/true, /*rebuild=*/true)
     {
-        fab.lanes.resize(vn::kMaxPaths);
-        std::array<std::unique_ptr<vn::SendPath>, vn::kMaxPaths> sp;
-        std::array<std::unique_ptr<vn::RecvPath>, vn::kMaxPaths> rp;
-        for (size_t i = 0; i < vn::kMaxPaths; ++i) {
-            sp[i] = std::make_unique<FakeSendPath>(fab.lanes[i], 10 + static_cast<int>(i));
-            rp[i] = std::make_unique<FakeRecvPath>(fab.lanes[i], 10 + static_cast<int>(i));
-        }
-        send = std::make_unique<vn::SendComm>(std::move(sp), cfg, std::make_unique<FakeRebuilder>(fab));
-        recv = std::make_unique<vn::RecvComm>(std::move(rp), cfg, std::make_unique<FakeAcceptor>(fab));
-    }
-    Lane &primary() { return fab.lanes[0]; }
-    Lane &backup() { return fab.lanes[1]; }
-    // The k-th path rebuilt for `slot`.
-    Lane &rebuilt(int slot, size_t k = 0) { return fab.lanes.at(fab.rebuilt.at(static_cast<size_t>(slot)).at(k)); }
-
-    // Each (gen, seq) was posted on one lane only, every post was dense, and each
-    // generation lives on one lane only.
-    void check_posting() const
-    {
-        std::set<SeqGen> seen;
-        std::map<uint32_t, size_t> lane_of_gen;
-        for (size_t i = 0; i < fab.lanes.size(); ++i) {
-            CHECK(fab.lanes[i].non_dense_posts == 0);
-            for (auto [seq, gen] : fab.lanes[i].posted) {
-                INFO("lane " << i << " seq " << seq << " gen " << gen);
-                CHECK(seen.insert({seq, gen}).second);
-                auto [it, fresh] = lane_of_gen.emplace(gen, i);
-                CHECK((fresh || it->second == i));
-            }
-        }
-    }
-    // Every message 0..n-1 was placed (located with kPlace) exactly once over all lanes,
-    // and the payload bytes written add up to exactly `bytes` (frames carry whole messages).
-    void check_exactly_once(uint64_t n, uint64_t bytes) const
-    {
-        std::map<uint64_t, int> placed;
-        uint64_t written = 0;
-        for (const Lane &l : fab.lanes) {
-            written += l.bytes_written;
-            for (const Located &x : l.locates)
-                if (x.kind == Placement::kPlace) ++placed[x.seq];
-        }
-        CHECK(written == bytes);
-        CHECK(placed.size() == n);
-        for (uint64_t s = 0; s < n; ++s) {
-            INFO("seq " << s);
-            CHECK(placed[s] == 1);
-        }
     }
 };
 
-// ---- Traffic: messages, receives and their checks (as in test_failover.cc) ----------------
-
-constexpr uint8_t kFresh = 0xA5; // receive buffers before delivery
-constexpr uint8_t kSpent = 0x5A; // ... after test() reported them done (canary)
-constexpr size_t kTail = 32;     // bytes past each buffer's capacity that nobody may write
-
-uint8_t pattern(uint64_t msg, uint64_t k)
-{
-    uint64_t x = (msg + 1) * 0x9E3779B97F4A7C15ULL ^ (k + 7) * 0xC2B2AE3D27D4EB4FULL;
-    x ^= x >> 31;
-    return static_cast<uint8_t>(x);
-}
-
-bool all_equal(const uint8_t *p, size_t n, uint8_t v)
-{
-    return std::all_of(p, p + n, [v](uint8_t x) { return x == v; });
-}
-
-void nap() { std::this_thread::sleep_for(std::chrono::microseconds(200)); }
-
-struct Traffic {
-    struct Msg {
-        std::vector<uint8_t> src;
-        int32_t tag = 0;
-        Request *req = nullptr;
-        bool done = false;
-        int recv = -1;
-        size_t buf = 0;
-    };
-    struct Recv {
-        std::vector<std::vector<uint8_t>> bufs; // capacity + kTail each
-        std::vector<size_t> caps;
-        std::vector<int> tags;
-        std::vector<int> expect; // message index per buffer
-        Request *req = nullptr;
-        bool done = false;
-    };
-
-    Net &n;
-    std::vector<Msg> msgs;
-    std::vector<Recv> recvs;
-
-    explicit Traffic(Net &net) : n(net)
-    {
-        msgs.reserve(256);
-        recvs.reserve(256);
-    }
-
-    int send(size_t size, int32_t tag)
-    {
-        const int id = static_cast<int>(msgs.size());
-        Msg m;
-        m.tag = tag;
-        m.src.resize(size);
-        for (size_t k = 0; k < size; ++k) m.src[k] = pattern(static_cast<uint64_t>(id), k);
-        msgs.push_back(std::move(m));
-        Msg &mm = msgs.back();
-        REQUIRE(n.send->isend(mm.src.data(), mm.src.size(), tag, &mm.req) == 0);
-        REQUIRE(mm.req != nullptr);
-        return id;
-    }
-
-    int recv(std::vector<size_t> caps, std::vector<int> tags, std::vector<int> expect)
-    {
-        REQUIRE(caps.size() == tags.size());
-        REQUIRE(caps.size() == expect.size());
-        const int id = static_cast<int>(recvs.size());
-        Recv r;
-        r.caps = caps;
-        r.tags = tags;
-        r.expect = expect;
-        for (size_t c : caps) r.bufs.emplace_back(c + kTail, kFresh);
-        recvs.push_back(std::move(r));
-        Recv &rr = recvs.back();
-        std::vector<void *> ptrs;
-        for (auto &b : rr.bufs) ptrs.push_back(b.data());
-        REQUIRE(n.recv->irecv(static_cast<int>(caps.size()), ptrs.data(), rr.caps.data(),
-                              rr.tags.data(), &rr.req) == 0);
-        REQUIRE(rr.req != nullptr);
-        for (size_t i = 0; i < expect.size(); ++i) pending_bind_.push_back({expect[i], id, i});
-        bind_late();
-        return id;
-    }
-
-    void poll()
-    {
-        poll_recvs();
-        poll_sends();
-    }
-    void poll_recvs()
-    {
-        bind_late();
-        for (size_t i = 0; i < recvs.size(); ++i) {
-            Recv &r = recvs[i];
-            if (r.done) continue;
-            int d = -1;
-            int sizes[vn::kMaxRecvs];
-            std::fill(std::begin(sizes), std::end(sizes), -1);
-            INFO("irecv " << i);
-            REQUIRE(n.recv->test(r.req, &d, sizes) == 0);
-            REQUIRE((d == 0 || d == 1));
-            if (d == 1) on_recv_done(i, sizes);
-        }
-    }
-    void poll_sends()
-    {
-        bind_late();
-        for (size_t i = 0; i < msgs.size(); ++i) {
-            Msg &m = msgs[i];
-            if (m.done) continue;
-            int d = -1, size = -1;
-            INFO("isend " << i);
-            REQUIRE(n.send->test(m.req, &d, &size) == 0);
-            REQUIRE((d == 0 || d == 1));
-            if (d == 1) {
-                CHECK(size == static_cast<int>(m.src.size()));
-                on_send_done(i);
-            }
-        }
-    }
-
-    bool finished() const
-    {
-        return std::all_of(msgs.begin(), msgs.end(), [](const Msg &m) { return m.done; }) &&
-               std::all_of(recvs.begin(), recvs.end(), [](const Recv &r) { return r.done; });
-    }
-
-    // Polls until everything completed (within `limit_ms` of real time).
-    void run(uint64_t limit_ms = 500)
-    {
-        const uint64_t deadline = vigil::now_ns() + limit_ms * kMs;
-        while (!finished()) {
-            REQUIRE(vigil::now_ns() < deadline);
-            poll();
-            if (!finished()) nap();
-        }
-        check_spent();
-    }
-
-    void check_spent() const
-    {
-        for (size_t i = 0; i < recvs.size(); ++i) {
-            if (!recvs[i].done) continue;
-            for (size_t b = 0; b < recvs[i].bufs.size(); ++b) {
-                INFO("irecv " << i << " buffer " << b << " written after it was reported done");
-                CHECK(all_equal(recvs[i].bufs[b].data(), recvs[i].bufs[b].size(), kSpent));
-            }
-        }
-    }
-
-    bool recv_done(int id) const { return recvs[static_cast<size_t>(id)].done; }
-    bool send_done(int id) const { return msgs[static_cast<size_t>(id)].done; }
-    uint64_t bytes() const
-    {
-        uint64_t b = 0;
-        for (const Msg &m : msgs) b += m.src.size();
-        return b;
-    }
-    int next_id() const { return static_cast<int>(msgs.size()); }
+// Traffic over it: run() gives up after 500 ms by default.
+struct Traffic : tp::Traffic {
+    explicit Traffic(Net &net) : tp::Traffic(net, /*run_limit_ms=*/500) {}
 
     // One message and its receive; sizes vary with the id.
     int one(int32_t tag = 7)
@@ -574,52 +71,6 @@ struct Traffic {
         const size_t size = 100 + 13 * static_cast<size_t>(id % 29);
         recv({512}, {tag}, {id});
         return send(size, tag);
-    }
-
-private:
-    struct Bind {
-        int msg, recv;
-        size_t buf;
-    };
-    std::vector<Bind> pending_bind_;
-
-    void bind_late()
-    {
-        for (auto it = pending_bind_.begin(); it != pending_bind_.end();) {
-            if (static_cast<size_t>(it->msg) < msgs.size()) {
-                msgs[static_cast<size_t>(it->msg)].recv = it->recv;
-                msgs[static_cast<size_t>(it->msg)].buf = it->buf;
-                it = pending_bind_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-    }
-
-    void on_recv_done(size_t i, const int *sizes)
-    {
-        Recv &r = recvs[i];
-        for (size_t b = 0; b < r.bufs.size(); ++b) {
-            const Msg &m = msgs.at(static_cast<size_t>(r.expect[b]));
-            const size_t size = m.src.size();
-            INFO("irecv " << i << " buffer " << b << " <- message " << r.expect[b]);
-            REQUIRE(sizes[b] == static_cast<int>(size));
-            REQUIRE(std::equal(m.src.begin(), m.src.end(), r.bufs[b].begin()));
-            REQUIRE(all_equal(r.bufs[b].data() + size, r.bufs[b].size() - size, kFresh));
-        }
-        for (size_t b = r.bufs.size(); b < vn::kMaxRecvs; ++b) REQUIRE(sizes[b] == -1);
-        for (auto &b : r.bufs) std::fill(b.begin(), b.end(), kSpent); // NCCL reuses them
-        r.done = true;
-    }
-
-    void on_send_done(size_t i)
-    {
-        Msg &m = msgs[i];
-        INFO("isend " << i << " completed");
-        REQUIRE(m.recv >= 0); // completion means the receiver holds the whole message
-        const Recv &r = recvs[static_cast<size_t>(m.recv)];
-        if (!r.done) REQUIRE(std::equal(m.src.begin(), m.src.end(), r.bufs[m.buf].begin()));
-        m.done = true;
     }
 };
 

@@ -7,6 +7,9 @@
 // (/dev/shm/vigil-<uid>-<pid>, unique per test process).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -899,7 +902,10 @@ TEST_CASE("detector: the link speed caps the baseline", "[telemetry]")
 TEST_CASE("registry: this process's segment and its identity", "[telemetry]")
 {
     vt::Registry &r = registry();
-    CHECK(r.path() == "/dev/shm/vigil-" + std::to_string(getuid()) + "-" + std::to_string(getpid()));
+    // vigil-<uid>-<pid>-<16 hex>: the random suffix separates pid namespaces.
+    const std::string pre = "/dev/shm/vigil-" + std::to_string(getuid()) + "-" + std::to_string(getpid()) + "-";
+    REQUIRE(r.path().rfind(pre, 0) == 0);
+    CHECK(r.path().size() == pre.size() + 16);
     struct stat st;
     REQUIRE(stat(r.path().c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
@@ -1197,39 +1203,40 @@ TEST_CASE("registry: RegistryView::open refuses segments of another layout", "[t
     CHECK_FALSE(why.empty());
 }
 
-TEST_CASE("registry: reap_stale removes segments of dead processes only", "[telemetry]")
+TEST_CASE("registry: reap_stale removes segments nobody holds, and only segments", "[telemetry]")
 {
+    // Liveness is the owner's shared flock (pids do not identify processes across pid
+    // namespaces): a segment whose lock is free is stale.
     vt::Registry &r = registry();
     const std::string pre = "/dev/shm/vigil-" + std::to_string(getuid()) + "-";
-    const int dead = dead_pid();
-    const std::string stale = pre + std::to_string(dead);
-    REQUIRE_FALSE(file_exists(stale));
-    {
-        std::vector<char> junk(4096, 'v');
-        spit(stale, junk, junk.size());
-    }
-    REQUIRE(file_exists(stale));
-    // A segment named for a live process that is not us (pid 1): must survive.
-    const std::string live = pre + "1";
-    const bool made_live = !file_exists(live);
-    if (made_live) {
-        std::vector<char> junk(16, 'v');
-        spit(live, junk, junk.size());
-    }
+    const std::string stale = pre + std::to_string(dead_pid()) + "-0123456789abcdef";
+    const std::string held = pre + "1-fedcba9876543210";
+    const std::string other = pre + "not-a-segment";
+    std::vector<char> junk(4096, 'v');
+    spit(stale, junk, junk.size());
+    spit(held, junk, junk.size());
+    spit(other, junk, junk.size());
+    const int hold = open(held.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(hold >= 0);
+    REQUIRE(flock(hold, LOCK_SH) == 0); // as a live owner does
     auto listed = vt::list_registries();
     CHECK(std::find(listed.begin(), listed.end(), stale) != listed.end());
+    CHECK(std::find(listed.begin(), listed.end(), other) == listed.end());
 
     CHECK(vt::reap_stale() >= 1);
     CHECK_FALSE(file_exists(stale));
-    CHECK(file_exists(r.path()));
-    CHECK(file_exists(live));
+    CHECK(file_exists(held));
+    CHECK(file_exists(other));
+    CHECK(file_exists(r.path())); // our own segment: we hold its lock
     listed = vt::list_registries();
-    CHECK(std::find(listed.begin(), listed.end(), stale) == listed.end());
     CHECK(std::find(listed.begin(), listed.end(), r.path()) != listed.end());
+    close(hold);
+    CHECK(vt::reap_stale() >= 1); // released: now stale
+    CHECK_FALSE(file_exists(held));
     CHECK(vt::pid_alive(getpid()));
-    CHECK_FALSE(vt::pid_alive(dead));
     CHECK_FALSE(vt::pid_alive(0));
     CHECK_FALSE(vt::pid_alive(-1));
-    if (made_live) unlink(live.c_str());
-    unlink(stale.c_str()); // in case reap_stale failed
+    unlink(other.c_str());
+    unlink(stale.c_str());
+    unlink(held.c_str());
 }
