@@ -518,6 +518,7 @@ void SendComm::progress_locked() noexcept
         if (!s.alive) continue;
         PathStatus st = s.path->progress(&ack);
         if (st.heard) s.last_heard_ns = now;
+        if (st.receiver_bound >= 0 && s.tm) s.tm->meter.set_receiver_bound(now, st.receiver_bound == 1);
         if (st.error != 0) {
             failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
         } else if (st.peer_closed) {
@@ -728,6 +729,7 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
 void RecvComm::progress_locked() noexcept
 {
     const uint64_t now = now_ns();
+    waiting_for_post_ = false;
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &p = paths_[i];
         if (!p.alive) continue;
@@ -753,6 +755,8 @@ void RecvComm::progress_locked() noexcept
                                     std::to_string(since(now_ns(), p.last_heard_ns) / 1000000) +
                                     " ms with receives pending", false);
     }
+    for (PathSlot &ps : paths_)
+        if (ps.alive) ps.path->set_app_bound(waiting_for_post_);
     // Paths the sender rebuilt (failback, a lost backup), polled at the engine's tick rate.
     if (acceptor_ && now >= next_accept_poll_ns_) {
         next_accept_poll_ns_ = now + ProgressEngine::kTickNs;
@@ -824,7 +828,10 @@ Placement RecvComm::locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t siz
         p.error = -EPROTO;
         return p;
     }
-    if (seq >= next_post_seq_) return p; // kNotPosted
+    if (seq >= next_post_seq_) { // kNotPosted: the application has not posted this receive
+        waiting_for_post_ = true;
+        return p;
+    }
     Slot &s = slots_[seq % kMaxInflight];
     if (s.complete) return p.kind = Placement::kDiscard, p;
     Request *r = s.req;

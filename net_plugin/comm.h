@@ -309,6 +309,7 @@ private:
 
     std::array<PathSlot, kMaxPaths> paths_;
     int cur_path_ = 0; // the path whose progress() is running (for per-path telemetry)
+    bool waiting_for_post_ = false; // a frame waited for an irecv during this progress
     FailoverConfig cfg_;
     std::unique_ptr<PathAcceptor> acceptor_;
     uint64_t next_accept_poll_ns_ = 0;

@@ -62,6 +62,8 @@ struct PathStatus {
     int error = 0;            ///< 0, or -errno of the first fatal error on this path
     bool peer_closed = false; ///< orderly EOF from the peer at a message boundary
     bool heard = false;       ///< bytes arrived from the peer during this call
+    int receiver_bound = -1;  ///< send side: last ack's flag (1: the receiving application
+                              ///< has not posted for data waiting); -1: no ack this call
     bool failover_requested = false; ///< send side: the receiver asked to leave a path
     uint32_t failed_slot = 0;        ///< ... this one (kPrimary/kBackup), whose port it saw fail
     std::string detail;       ///< with error: what happened, for the one WARN line
@@ -120,6 +122,9 @@ public:
     /// Re-sends the current ack so the sender hears this path even when nothing completes
     /// (a receiver that has posted nothing must not look like a dead path). Never blocks.
     virtual void heartbeat() = 0;
+    /// Tells the sender (at once, in an ack) whether data waits for a receive the
+    /// application has not posted yet, so its telemetry does not blame the path.
+    virtual void set_app_bound(bool /*bound*/) {}
     virtual void sabotage() = 0;
     virtual int local_dev() const = 0;
     virtual int fd(size_t i) const = 0;

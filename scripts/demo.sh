@@ -17,16 +17,22 @@ fi
 bin=$PWD/build/test/netbench/vigil-netbench
 plugin=$PWD/build/net_plugin/libnccl-net-vigil.so
 rdv=unix:$(mktemp -u /tmp/vigil-demo.XXXXXX.sock)
+logs=$(mktemp -d /tmp/vigil-demo-logs.XXXXXX)
 echo "== lab $NETLAB: $HOSTS hosts x 2 ports; all-reduce of $BYTES per rank, $ITERS iterations"
+echo "== each rank's log (NCCL_DEBUG=INFO): $logs/rank<N>.log"
 pids=()
 for ((r = HOSTS - 1; r >= 1; r--)); do
-    scripts/netlab.sh exec "$r" -- "$bin" --plugin "$plugin" --rank "$r" --nranks "$HOSTS" \
-        --rendezvous "$rdv" --workload allreduce --bytes "$BYTES" --iters "$ITERS" >/dev/null &
+    NCCL_DEBUG=INFO scripts/netlab.sh exec "$r" -- "$bin" --plugin "$plugin" --rank "$r" --nranks "$HOSTS" \
+        --rendezvous "$rdv" --workload allreduce --bytes "$BYTES" --iters "$ITERS" >/dev/null 2>"$logs/rank$r.log" &
     pids+=($!)
 done
-# Rank 0 shows the plugin's INFO banner (NCCL_DEBUG=INFO) and the table.
 NCCL_DEBUG=INFO scripts/netlab.sh exec 0 -- "$bin" --plugin "$plugin" --rank 0 --nranks "$HOSTS" \
-    --rendezvous "$rdv" --workload allreduce --bytes "$BYTES" --iters "$ITERS" 2> >(grep -E "loaded|WARN" >&2)
+    --rendezvous "$rdv" --workload allreduce --bytes "$BYTES" --iters "$ITERS" 2>"$logs/rank0.log"
 rc=$?
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
+echo "== plugin banner (rank 0):"
+grep -m1 "loaded" "$logs/rank0.log" || true
+echo "== warnings in the ranks' logs: $(cat "$logs"/rank*.log | grep -c " WARN " || true)" \
+     "($(cat "$logs"/rank*.log | grep -c "path degraded" || true) degraded-path verdicts: the $HOSTS ranks and their" \
+     "progress threads share $(nproc) CPU cores here, so paths slow down while ranks compute)"
 exit $rc

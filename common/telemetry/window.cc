@@ -12,6 +12,7 @@ int DegradeDetector::feed(const WindowRecord &w)
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
     if (static_cast<double>(w.busy_ns) < cfg_.min_busy * window_ns) return 0; // idle: no evidence
     if (w.avg_queued_bytes < cfg_.min_queued_bytes) return 0; // latency-bound: no evidence
+    if (w.receiver_bound) return 0; // the receiving application held the data, not the path
     const int k = std::clamp(cfg_.k, 1, kMaxK);
     if (n_ == k) {
         sum_bytes_ -= bytes_[pos_];
@@ -126,6 +127,7 @@ void PathMeter::close_window()
     }
     std::memset(&cur_, 0, sizeof(cur_));
     cur_.peak_inflight_bytes = inflight_bytes_;
+    cur_.receiver_bound = receiver_bound_ ? 1 : 0;
     queued_byte_ns_ = 0;
     hist_.reset();
 }
@@ -159,6 +161,13 @@ void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
     inflight_ops_ -= std::min(n, inflight_ops_);
     if (inflight_ops_ == 0) cur_.busy_ns += now - std::max(busy_since_, start_);
+}
+
+void PathMeter::set_receiver_bound(uint64_t now, bool bound)
+{
+    advance(now);
+    receiver_bound_ = bound;
+    if (bound) cur_.receiver_bound = 1;
 }
 
 void PathMeter::on_replay(uint64_t now, uint32_t n)

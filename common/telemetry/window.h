@@ -28,7 +28,8 @@ struct WindowRecord {
     uint32_t errors;        ///< path errors observed
     uint8_t state;          ///< PathState
     uint8_t degraded;       ///< 1 while the detector says degraded
-    uint8_t pad[6];
+    uint8_t receiver_bound; ///< 1 when the receiving application, not the path, held data back
+    uint8_t pad[5];
     uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time)
     uint64_t reserved[1];   ///< ring index (set by the registry)
     uint64_t judged_bps;    ///< the detector's aggregate over its last k loaded windows
@@ -119,6 +120,9 @@ public:
     void on_replay(uint64_t now, uint32_t n);
     void on_error(uint64_t now);
     void set_state(uint64_t now, PathState s, uint32_t generation);
+    /// The receiver reports whether data waits for a receive it has not posted yet; windows
+    /// touched by that are the application's, not the path's, and the detector skips them.
+    void set_receiver_bound(uint64_t now, bool bound);
     /// Closes every window that ended before `now`.
     void advance(uint64_t now);
     /// Closes the current window at `now` too, however short (the path is going away).
@@ -140,6 +144,7 @@ private:
     LatencyHistogram hist_;
     PathState state_ = kActive;
     uint32_t gen_ = 1;
+    bool receiver_bound_ = false;
     bool started_ = false;
 };
 

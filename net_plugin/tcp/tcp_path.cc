@@ -227,6 +227,7 @@ int TcpSendPath::read_acks(uint64_t *acked_seq, PathStatus *st)
                 st->detail = "malformed ack from the receiver";
                 return st->error;
             }
+            st->receiver_bound = (a.gen & AckFrame::kAppBound) != 0 ? 1 : 0;
             *acked_seq = std::max(*acked_seq, a.ack_seq);
             continue;
         }
@@ -387,6 +388,15 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
     }
 }
 
+void TcpRecvPath::set_app_bound(bool bound)
+{
+    if (bound == app_bound_) return;
+    app_bound_ = bound;
+    heartbeat_pending_ = true;
+    PathStatus ignored; // errors show on the next progress()
+    flush_ack(&ignored);
+}
+
 void TcpRecvPath::sabotage()
 {
     for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
@@ -402,7 +412,7 @@ void TcpRecvPath::flush_ack(PathStatus *st)
                 put_le(ackout_.data() + 8, sent_ack_, 8);
                 failover_pending_ = false;
             } else if (pending_ack_ != sent_ack_ || heartbeat_pending_) {
-                AckFrame{ack_gen_, pending_ack_}.encode(ackout_.data());
+                AckFrame{ack_gen_ | (app_bound_ ? AckFrame::kAppBound : 0u), pending_ack_}.encode(ackout_.data());
                 sent_ack_ = pending_ack_;
                 heartbeat_pending_ = false;
             } else {

@@ -100,6 +100,7 @@ public:
         failover_pending_ = true;
     }
     void heartbeat() override { heartbeat_pending_ = true; }
+    void set_app_bound(bool bound) override;
     void sabotage() override;
     int local_dev() const override { return local_dev_; }
     int fd(size_t i) const override { return streams_[i].fd.get(); }
@@ -135,6 +136,7 @@ private:
     uint32_t ack_gen_ = 0;
     bool failover_pending_ = false;
     bool heartbeat_pending_ = false;
+    bool app_bound_ = false;
     uint32_t failover_slot_ = 0;
     std::array<uint8_t, AckFrame::kSize> ackout_{};
     size_t ackout_off_ = AckFrame::kSize; // == kSize: nothing partially written

@@ -124,10 +124,12 @@ struct FrameHeader {
     }
 };
 
-/// Receiver -> sender on stream 0: every seq below `ack_seq` is held.
+/// Receiver -> sender on stream 0: every seq below `ack_seq` is held. Bit 31 of `gen`
+/// (kAppBound) says data is waiting for a receive the application has not posted.
 struct AckFrame {
     static constexpr uint32_t kMagic = 0x4b474c56; // "VLGK"
     static constexpr size_t kSize = 16;
+    static constexpr uint32_t kAppBound = 0x80000000u;
     uint32_t gen = 0;
     uint64_t ack_seq = 0;
     void encode(uint8_t *p) const

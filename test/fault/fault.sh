@@ -95,7 +95,14 @@ flap)
     start_ranks 2 --workload allreduce --bytes 32M --iters 400
     wait_for "accepted primary" 20
     for i in $(seq 20); do
-        "$NETLAB_SH" fail 0 0; sleep 0.2; "$NETLAB_SH" restore 0 0; sleep 0.3
+        "$NETLAB_SH" fail 0 0; sleep 0.2; "$NETLAB_SH" restore 0 0
+        # The next flap only once this one has failed back (bounded), so a slow machine
+        # cannot merge two flaps into one.
+        for _ in $(seq 60); do
+            (( $(grep -c "failback to primary" "$OUT.err.0" || true) >= i )) && break
+            sleep 0.05
+        done
+        sleep 0.1
     done
     wait_all_ok
     fo=$(grep -c "failover: primary dev eth0" "$OUT.err.0" || true)

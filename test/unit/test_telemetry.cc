@@ -1240,3 +1240,54 @@ TEST_CASE("registry: reap_stale removes segments nobody holds, and only segments
     unlink(stale.c_str());
     unlink(held.c_str());
 }
+
+TEST_CASE("detector: windows the receiving application held back never count", "[telemetry]")
+{
+    // The receiver reports (bit 31 of its ack's generation) that data waits for a receive it
+    // has not posted: the path is not to blame for that time.
+    vt::DetectorConfig cfg;
+    cfg.k = 4;
+    cfg.warmup = 4;
+    vt::DegradeDetector d(cfg);
+    auto window = [](uint64_t bytes, bool receiver_bound) {
+        vt::WindowRecord w{};
+        w.window_us = 1000;
+        w.busy_ns = 1'000'000;
+        w.bytes = bytes;
+        w.avg_queued_bytes = 1 << 20;
+        w.receiver_bound = receiver_bound ? 1 : 0;
+        return w;
+    };
+    for (int i = 0; i < 20; ++i) CHECK(d.feed(window(1'000'000, false)) == 0); // 1 GB/s
+    for (int i = 0; i < 50; ++i) CHECK(d.feed(window(10'000, true)) == 0);     // app-bound, slow
+    CHECK_FALSE(d.degraded());
+    int flagged_at = -1;
+    for (int i = 0; i < 20 && flagged_at < 0; ++i)
+        if (d.feed(window(10'000, false)) == 1) flagged_at = i; // the path itself slow
+    CHECK(flagged_at >= 0);
+}
+
+TEST_CASE("meter: a receiver-bound report marks the window and the detector skips it", "[telemetry]")
+{
+    struct Sink : vt::WindowSink {
+        std::vector<vt::WindowRecord> w;
+        void push(const vt::WindowRecord &r) noexcept override { w.push_back(r); }
+        void verdict(bool, const vt::WindowRecord &) noexcept override {}
+    } sink;
+    vt::PathMeter m(1'000'000, &sink);
+    m.on_post(1'000'000'000, 4096);
+    m.set_receiver_bound(1'000'100'000, true);
+    m.on_complete(1'000'200'000, 1'000'000'000, 4096);
+    m.advance(1'001'000'000); // closes the first window
+    m.on_post(1'001'100'000, 4096);
+    m.set_receiver_bound(1'001'200'000, false); // bound at this window's start: still marked
+    m.on_complete(1'001'300'000, 1'001'100'000, 4096);
+    m.advance(1'002'000'000);
+    m.on_post(1'002'100'000, 4096); // a window with no receiver-bound time at all
+    m.on_complete(1'002'300'000, 1'002'100'000, 4096);
+    m.advance(1'003'000'000);
+    REQUIRE(sink.w.size() == 3);
+    CHECK(sink.w[0].receiver_bound == 1);
+    CHECK(sink.w[1].receiver_bound == 1);
+    CHECK(sink.w[2].receiver_bound == 0);
+}
