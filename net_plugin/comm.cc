@@ -138,6 +138,32 @@ PathTelemetry::~PathTelemetry()
     telemetry::Registry::instance().release(entry, telemetry::writer_running());
 }
 
+namespace {
+
+/// Starts (on) or stops the progress engine watching every socket of `path` for `client`.
+template <class Path> void watch(const Path &path, ProgressClient *client, bool on) noexcept
+{
+    for (size_t k = 0; k < path.nfds(); ++k) {
+        if (on) ProgressEngine::instance().add(path.fd(k), client);
+        else ProgressEngine::instance().remove(path.fd(k));
+    }
+}
+
+/// A path's telemetry, or null when telemetry is off or its set-up failed: telemetry is best
+/// effort, the data path does not depend on it.
+std::unique_ptr<PathTelemetry> make_telemetry(const FailoverConfig &cfg, int kind, int slot, int dev,
+                                              const std::string &desc, const void *owner) noexcept
+{
+    if (cfg.window_ns == 0 || !telemetry::Registry::instance().is_open()) return nullptr;
+    try {
+        return std::make_unique<PathTelemetry>(cfg, kind, slot, dev, desc, reinterpret_cast<uintptr_t>(owner));
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+} // namespace
+
 // ---- SendComm ---------------------------------------------------------------------------
 
 namespace {
@@ -181,13 +207,14 @@ void SendComm::meter_locked(int slot) noexcept
 {
     Slot &sl = slots_[slot];
     sl.tm.reset();
-    if (cfg_.window_ns == 0 || !sl.path || !telemetry::Registry::instance().is_open()) return;
-    try {
-        sl.tm = std::make_unique<PathTelemetry>(cfg_, 0, slot, sl.path->local_dev(), sl.desc,
-                                                reinterpret_cast<uintptr_t>(this));
-    } catch (...) {
-        // telemetry is best effort; the data path does not depend on it
-    }
+    if (sl.path) sl.tm = make_telemetry(cfg_, 0, slot, sl.path->local_dev(), sl.desc, this);
+}
+
+uint64_t SendComm::unacked_bytes_locked() const noexcept
+{
+    uint64_t bytes = 0;
+    for (uint64_t s = acked_; s < next_seq_; ++s) bytes += reqs_[s % kMaxInflight].size;
+    return bytes;
 }
 
 std::string SendComm::describe() const
@@ -369,16 +396,12 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     Slot &d = slots_[dead];
     d.alive = false;
     if (d.tm) {
-        if (dead == active_) {
-            uint64_t bytes = 0;
-            for (uint64_t s = acked_; s < next_seq_; ++s) bytes += reqs_[s % kMaxInflight].size;
-            d.tm->meter.on_abandon(t0, next_seq_ - acked_, bytes);
-        }
+        if (dead == active_) d.tm->meter.on_abandon(t0, next_seq_ - acked_, unacked_bytes_locked());
         d.tm->meter.on_error(t0);
         d.tm->meter.set_state(t0, telemetry::kDead, gen_);
         if (d.tm->entry) d.tm->entry->failovers.fetch_add(1, std::memory_order_relaxed);
     }
-    for (size_t k = 0; k < d.path->nfds(); ++k) ProgressEngine::instance().remove(d.path->fd(k));
+    watch(*d.path, this, false);
     if (dead != active_) {
         cancel_drain_locked();
         VLOG_WARN("host %s: standby path lost: %s: %s; the connection has no standby now",
@@ -430,9 +453,7 @@ uint64_t SendComm::switch_to_locked(int slot) noexcept
     const uint64_t now = now_ns();
     Slot &old = slots_[active_];
     if (active_ != slot && old.alive && old.tm) { // failback: the backup goes back to standby
-        uint64_t bytes = 0;
-        for (uint64_t s = acked_; s < next_seq_; ++s) bytes += reqs_[s % kMaxInflight].size;
-        old.tm->meter.on_abandon(now, next_seq_ - acked_, bytes);
+        old.tm->meter.on_abandon(now, next_seq_ - acked_, unacked_bytes_locked());
         old.tm->meter.set_state(now, telemetry::kStandby, gen_ + 1);
     }
     ++gen_;
@@ -443,11 +464,8 @@ uint64_t SendComm::switch_to_locked(int slot) noexcept
         a.tm->meter.on_replay(now, static_cast<uint32_t>(next_seq_ - acked_));
     }
     a.path->begin(acked_, gen_);
-    uint64_t bytes = 0;
-    for (uint64_t s = acked_; s < next_seq_; ++s) {
-        post_locked(s);
-        bytes += reqs_[s % kMaxInflight].size;
-    }
+    for (uint64_t s = acked_; s < next_seq_; ++s) post_locked(s);
+    const uint64_t bytes = unacked_bytes_locked();
     a.last_heard_ns = now_ns(); // the stall clock of the new active path starts now
     stats_.generation = gen_;
     stats_.replayed_messages += next_seq_ - acked_;
@@ -467,9 +485,9 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
         }
         if (!p) continue; // attempt in progress
         if (sl.path)
-            for (size_t k = 0; k < sl.path->nfds(); ++k) ProgressEngine::instance().remove(sl.path->fd(k));
+            watch(*sl.path, this, false);
         sl.path = std::move(p);
-        for (size_t k = 0; k < sl.path->nfds(); ++k) ProgressEngine::instance().add(sl.path->fd(k), this);
+        watch(*sl.path, this, true);
         sl.desc = sl.path->describe();
         sl.alive = true;
         sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
@@ -528,7 +546,7 @@ void SendComm::progress_locked() noexcept
             } else {
                 peer_closed_ = true; // orderly closeRecv with nothing outstanding
                 s.alive = false;
-                for (size_t k = 0; k < s.path->nfds(); ++k) ProgressEngine::instance().remove(s.path->fd(k));
+                watch(*s.path, this, false);
             }
         } else if (st.failover_requested && st.failed_slot < kMaxPaths &&
                    static_cast<int>(st.failed_slot) != i && slots_[st.failed_slot].alive) {
@@ -603,14 +621,8 @@ RecvComm::RecvComm(std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths, const
         paths_[i].path = std::move(paths[i]);
         paths_[i].alive = true;
         paths_[i].last_heard_ns = now;
-        if (cfg_.window_ns != 0 && telemetry::Registry::instance().is_open()) {
-            try {
-                paths_[i].tm = std::make_unique<PathTelemetry>(cfg_, 1, i, paths_[i].path->local_dev(),
-                                                               paths_[i].desc, reinterpret_cast<uintptr_t>(this));
-                if (i == kBackup) paths_[i].tm->meter.set_state(now, telemetry::kStandby, gen_);
-            } catch (...) {
-            }
-        }
+        paths_[i].tm = make_telemetry(cfg_, 1, i, paths_[i].path->local_dev(), paths_[i].desc, this);
+        if (i == kBackup && paths_[i].tm) paths_[i].tm->meter.set_state(now, telemetry::kStandby, gen_);
     }
 }
 
@@ -672,7 +684,7 @@ void RecvComm::lose_path_locked(int i, const std::string &why, bool orderly) noe
     p.alive = false;
     p.orderly = orderly;
     if (p.tm) p.tm->meter.set_state(now_ns(), telemetry::kDead, gen_);
-    for (size_t k = 0; k < p.path->nfds(); ++k) ProgressEngine::instance().remove(p.path->fd(k));
+    watch(*p.path, this, false);
     bool any = false;
     for (const PathSlot &s : paths_) any = any || s.alive;
     if (!orderly) {
@@ -766,18 +778,12 @@ void RecvComm::progress_locked() noexcept
         if (np && slot >= 0 && slot < kMaxPaths) {
             PathSlot &ps = paths_[slot];
             if (ps.path)
-                for (size_t k = 0; k < ps.path->nfds(); ++k) ProgressEngine::instance().remove(ps.path->fd(k));
+                watch(*ps.path, this, false);
             ps.path = std::move(np);
-            for (size_t k = 0; k < ps.path->nfds(); ++k) ProgressEngine::instance().add(ps.path->fd(k), this);
+            watch(*ps.path, this, true);
             ps.desc = ps.path->describe();
             ps.tm.reset();
-            if (cfg_.window_ns != 0 && telemetry::Registry::instance().is_open()) {
-                try {
-                    ps.tm = std::make_unique<PathTelemetry>(cfg_, 1, slot, ps.path->local_dev(), ps.desc,
-                                                            reinterpret_cast<uintptr_t>(this));
-                } catch (...) {
-                }
-            }
+            ps.tm = make_telemetry(cfg_, 1, slot, ps.path->local_dev(), ps.desc, this);
             ps.alive = true;
             ps.orderly = false;
             ps.last_heard_ns = ps.last_beat_ns = now;

@@ -211,6 +211,8 @@ private:
     size_t nfds() const noexcept override;
     int fd(size_t i) const noexcept override;
     void meter_locked(int slot) noexcept;
+    /// Bytes of the messages posted but not acked yet.
+    uint64_t unacked_bytes_locked() const noexcept;
     void failover_locked(int dead, const std::string &cause) noexcept;
     /// Makes `slot` Active: generation += 1, replay everything not acked. Returns the
     /// number of replayed bytes.
