@@ -95,7 +95,7 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
 {
     const auto specs = vigil::param_specs();
     // One row per params.def line, in order (update when a variable is added).
-    REQUIRE(specs.size() == 22);
+    REQUIRE(specs.size() == 28);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[9].name == "VIGIL_ABORT_ON_ERROR");
@@ -103,6 +103,8 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
     CHECK(specs[15].name == "VIGIL_FAILBACK_HOLD_MS");
     CHECK(specs[16].name == "VIGIL_TELEMETRY");
     CHECK(specs[19].name == "VIGIL_DEGRADE_WINDOWS");
+    CHECK(specs[22].name == "VIGIL_PROFILE_EVENTS");
+    CHECK(specs[27].name == "VIGIL_PROFILE_THREADS");
     const vigil::Params defaults;
     for (const ParamSpec &s : specs) {
         INFO(s.name);

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: Apache-2.0
+// Profiler core: contexts, event selection, init/finalize and the hot-path entry points.
+#include "profiler.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <string_view>
+
+#include "clock.h"
+#include "log.h"
+#include "params.h"
+#include "recorder.h"
+#include "writer.h"
+
+namespace vigil::prof {
+
+namespace {
+
+Context g_contexts[kMaxContexts];
+std::atomic<uint16_t> g_next_context{1}; // 0 means "unknown"
+
+std::mutex g_init_mu;   // init/finalize only
+int g_refs = 0;         // live contexts
+bool g_broken = false;  // bad parameters: every context is NULL
+std::atomic<uint32_t> g_recorded{0};
+int64_t g_mono_to_real = 0;
+pid_t g_pid = 0;
+
+struct Name {
+    std::string_view word;
+    uint32_t bits;
+};
+constexpr Name kNames[] = {
+    {"group", bit(Kind::kGroup)},
+    {"coll", bit(Kind::kColl)},
+    {"p2p", bit(Kind::kP2p)},
+    {"proxy-op", bit(Kind::kProxyOp)},
+    {"proxy-step", bit(Kind::kProxyStep)},
+    {"proxy-ctrl", bit(Kind::kProxyCtrl)},
+    {"kernel-ch", bit(Kind::kKernelCh)},
+    {"net", bit(Kind::kNet)},
+    {"api", bit(Kind::kGroupApi) | bit(Kind::kCollApi) | bit(Kind::kP2pApi) | bit(Kind::kKernelLaunch)},
+};
+constexpr uint32_t kAll = (1u << static_cast<unsigned>(Kind::kCount)) - 1;
+
+int64_t calibrate()
+{
+    // The tightest of several realtime reads bracketed by monotonic ones.
+    int64_t best_span = INT64_MAX, offset = 0;
+    for (int i = 0; i < 16; ++i) {
+        timespec a, r, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        clock_gettime(CLOCK_REALTIME, &r);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        const int64_t ma = a.tv_sec * 1'000'000'000ll + a.tv_nsec, mb = b.tv_sec * 1'000'000'000ll + b.tv_nsec;
+        const int64_t rr = r.tv_sec * 1'000'000'000ll + r.tv_nsec;
+        if (mb - ma < best_span) {
+            best_span = mb - ma;
+            offset = rr - (ma + (mb - ma) / 2);
+        }
+    }
+    return offset;
+}
+
+} // namespace
+
+bool parse_events(const std::string &text, Selection *out, std::string *why)
+{
+    uint32_t mask = 0;
+    std::string_view s = text;
+    if (!s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos) {
+        char *end = nullptr;
+        const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+        if (v > 0x7fff) {
+            *why = "mask " + text + " has bits beyond NCCL's event types (0-14)";
+            return false;
+        }
+        mask = static_cast<uint32_t>(v) & kAll; // CE bits (12-14): never recorded
+    } else {
+        while (!s.empty()) {
+            const size_t comma = s.find(',');
+            std::string_view w = s.substr(0, comma);
+            s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
+            while (!w.empty() && w.front() == ' ') w.remove_prefix(1);
+            while (!w.empty() && w.back() == ' ') w.remove_suffix(1);
+            if (w.empty()) continue;
+            if (w == "all") {
+                mask = kAll;
+                continue;
+            }
+            bool found = false;
+            for (const Name &n : kNames)
+                if (n.word == w) {
+                    mask |= n.bits;
+                    found = true;
+                }
+            if (!found) {
+                *why = "unknown event type '" + std::string(w) +
+                       "' (known: group, coll, p2p, proxy-op, proxy-step, proxy-ctrl, kernel-ch, net, api, all)";
+                return false;
+            }
+        }
+    }
+    uint32_t rec = mask;
+    // Every event below a collective is tied back to it, and the summary needs the
+    // collective, so Coll/P2p are always recorded. Net events are children of proxy steps
+    // (the net plugin never starts one without its parent), steps of proxy ops.
+    if (rec & bit(Kind::kNet)) rec |= bit(Kind::kProxyStep);
+    if (rec & bit(Kind::kProxyStep)) rec |= bit(Kind::kProxyOp);
+    rec |= bit(Kind::kColl) | bit(Kind::kP2p);
+    // NCCL 2.27 (v4 native) starts no Coll/P2p when the Group handle is NULL (shared reference
+    // section 3.7), so groups get real handles too.
+    rec |= bit(Kind::kGroup);
+    out->traced = mask;
+    out->recorded = rec;
+    return true;
+}
+
+std::string events_text(uint32_t mask)
+{
+    std::string s;
+    for (const Name &n : kNames)
+        if ((mask & n.bits) == n.bits) s += (s.empty() ? "" : ",") + std::string(n.word);
+    return s.empty() ? "none" : s;
+}
+
+Context *context_of(void *p) noexcept
+{
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    const auto lo = reinterpret_cast<uintptr_t>(&g_contexts[0]);
+    const auto hi = reinterpret_cast<uintptr_t>(&g_contexts[kMaxContexts]);
+    if (a < lo || a >= hi || (a - lo) % sizeof(Context) != 0) return nullptr;
+    Context *c = static_cast<Context *>(p);
+    return c->magic == kContextMagic && c->live.load(std::memory_order_acquire) ? c : nullptr;
+}
+
+const Context *context_at(uint16_t i) noexcept
+{
+    return i > 0 && i < kMaxContexts && g_contexts[i].magic == kContextMagic ? &g_contexts[i] : nullptr;
+}
+
+int64_t mono_to_realtime_ns() noexcept { return g_mono_to_real; }
+
+ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *name, int nnodes, int nranks, int rank,
+                  ncclDebugLogger_t logfn, int abi)
+{
+    *context = nullptr;
+    if (logfn != nullptr) log::set_logger(logfn);
+    std::lock_guard<std::mutex> g(g_init_mu);
+    if (g_refs == 0 && !g_broken) {
+        ParamLoad load = load_params(environment_source());
+        Selection sel;
+        std::string why;
+        bool ok = report_params(load);
+        if (ok && !parse_events(load.values.profile_events, &sel, &why)) {
+            VLOG_WARN("VIGIL_PROFILE_EVENTS: %s; profiling is off", why.c_str());
+            ok = false;
+        }
+        RecorderConfig rc;
+        rc.threads = static_cast<uint32_t>(load.values.profile_threads);
+        rc.pool = static_cast<uint32_t>(load.values.profile_pool);
+        rc.ring = static_cast<uint32_t>(load.values.profile_ring);
+        if (ok && Recorder::instance().configure(rc) != 0) {
+            VLOG_WARN("cannot reserve the event pools (%u threads x %u events): %s; profiling is off", rc.threads,
+                      rc.pool, std::strerror(ENOMEM));
+            ok = false;
+        }
+        if (g_mono_to_real == 0) g_mono_to_real = calibrate();
+        g_pid = getpid();
+        if (ok) {
+            WriterConfig wc;
+            wc.dir = load.values.profile_dir;
+            wc.max_bytes = static_cast<uint64_t>(load.values.profile_max_bytes);
+            wc.traced = sel.traced;
+            wc.recorded = sel.recorded;
+            wc.abi = abi;
+            if (int e = start_writer(wc); e != 0) {
+                VLOG_WARN("VIGIL_PROFILE_DIR %s: %s; profiling continues without files", wc.dir.c_str(),
+                          std::strerror(-e));
+            }
+            g_recorded.store(sel.recorded, std::memory_order_release);
+            VLOG_INFO(NCCL_INIT | NCCL_PROFILE, "profiler v%d: recording %s (mask 0x%x), files %s", abi,
+                      events_text(sel.traced).c_str(), sel.recorded,
+                      wc.dir.empty() ? "off" : wc.dir.c_str());
+        } else {
+            g_broken = true;
+            g_recorded.store(0, std::memory_order_release);
+        }
+    }
+    // The mask is one process-wide int shared by every communicator (reference section 3.1):
+    // every init writes the same value, so the last writer cannot disagree.
+    *mask = static_cast<int>(g_recorded.load(std::memory_order_relaxed));
+    if (g_broken) return ncclSuccess;
+    const uint16_t i = g_next_context.fetch_add(1, std::memory_order_relaxed);
+    if (i >= kMaxContexts) {
+        VLOG_WARN("more than %u communicators; events of comm 0x%llx are not recorded", kMaxContexts - 1u,
+                  static_cast<unsigned long long>(comm_hash));
+        return ncclSuccess;
+    }
+    Context &c = g_contexts[i];
+    c.index = i;
+    c.comm_hash = comm_hash;
+    std::snprintf(c.name, sizeof(c.name), "%s", name ? name : "");
+    c.rank = rank;
+    c.nranks = nranks;
+    c.nnodes = nnodes;
+    c.abi = abi;
+    c.init_ns = now_ns();
+    c.magic = kContextMagic;
+    c.live.store(true, std::memory_order_release);
+    ++g_refs;
+    writer_add_context(c);
+    *context = &c;
+    return ncclSuccess;
+}
+
+ncclResult_t finalize(void *context)
+{
+    std::lock_guard<std::mutex> g(g_init_mu);
+    Context *c = context_of(context);
+    if (c == nullptr) return ncclSuccess;
+    c->live.store(false, std::memory_order_release);
+    writer_finalize_context(*c);
+    if (--g_refs == 0) stop_writer();
+    return ncclSuccess;
+}
+
+void flush() noexcept { flush_writer(); }
+
+Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int op_pid) noexcept
+{
+    *eHandle = nullptr; // always written: NCCL keeps whatever is there (reference section 3.7)
+    if (!(g_recorded.load(std::memory_order_relaxed) & bit(kind))) return nullptr;
+    const bool foreign = kind == Kind::kProxyOp && op_pid != 0 && op_pid != g_pid;
+    Context *ctx = nullptr;
+    if (!foreign) {
+        ctx = context_of(context);
+        if (ctx == nullptr && kind != Kind::kProxyStep && kind != Kind::kNet) return nullptr;
+    }
+    uint64_t h;
+    Record *r = Recorder::instance().open(kind, now_ns(), &h);
+    if (r == nullptr) return nullptr;
+    r->ctx = ctx ? ctx->index : 0;
+    if (foreign) {
+        r->flags = kFlagForeign;
+    } else if (const Record *p = Recorder::instance().peek(reinterpret_cast<uint64_t>(parent))) {
+        r->parent = p->id;
+        r->root = p->root ? p->root : (p->kind == Kind::kColl || p->kind == Kind::kP2p ? p->id : 0);
+        if (p->flags & kFlagForeign) r->flags |= kFlagForeign;
+        if (r->ctx == 0) r->ctx = p->ctx; // steps and net events of a PXN op stay "unknown"
+        if (kind == Kind::kProxyStep && p->kind == Kind::kProxyOp) {
+            r->step.channel = p->op.channel;
+            r->step.is_send = p->op.is_send;
+        }
+    } else if ((kind == Kind::kProxyOp || kind == Kind::kKernelCh) && Recorder::is_ours(reinterpret_cast<uint64_t>(parent))) {
+        // Stopped already: a Coll/P2p stops once enqueued, before its proxy ops and kernel
+        // channels start (reference section 3.7). Its handle still names it for the writer.
+        r->parent = r->root = reinterpret_cast<uint64_t>(parent);
+    }
+    if (kind == Kind::kProxyStep && r->parent == 0) r->step.channel = 255;
+    *eHandle = reinterpret_cast<void *>(h);
+    return r;
+}
+
+void record_state(void *eHandle, int state, uint64_t arg, bool has_arg) noexcept
+{
+    if (eHandle == nullptr) return;
+    Record *r = Recorder::instance().find(reinterpret_cast<uint64_t>(eHandle));
+    if (r == nullptr) return;
+    const uint64_t now = now_ns();
+    const uint64_t dt64 = now - r->start_ns;
+    const uint32_t dt = dt64 > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(dt64);
+    switch (r->kind) {
+    case Kind::kProxyStep: {
+        const int k = r->nstates < kMaxStates ? r->nstates++ : kMaxStates - 1;
+        r->step.state[k] = static_cast<uint8_t>(state);
+        r->step.at_ns[k] = dt;
+        // transSize is meaningful at SendWait (9) and RecvFlushWait (11) only (reference 3.7).
+        if (has_arg && (state == 9 || state == 11)) r->step.trans_size = arg;
+        break;
+    }
+    case Kind::kProxyOp:
+        if (state == 19 && r->op.in_progress_ns == 0) r->op.in_progress_ns = now;
+        break;
+    case Kind::kKernelCh:
+        if (state == 22 && has_arg) r->kch.gpu_stop_ns = arg;
+        break;
+    case Kind::kProxyCtrl: {
+        const int k = r->nstates < kMaxStates ? r->nstates++ : kMaxStates - 1;
+        r->ctrl.state[k] = static_cast<uint8_t>(state);
+        r->ctrl.at_ns[k] = dt;
+        if (has_arg && state == 18) r->ctrl.appended = static_cast<int32_t>(arg);
+        break;
+    }
+    case Kind::kGroupApi:
+        // 23/24: the end of ncclGroupStart and the start of ncclGroupEnd.
+        if (state == 23) r->api.start_stop_ns = dt;
+        if (state == 24) r->api.end_start_ns = dt;
+        break;
+    default:
+        break;
+    }
+}
+
+void stop_event(void *eHandle) noexcept
+{
+    if (eHandle == nullptr) return;
+    Record *r = Recorder::instance().find(reinterpret_cast<uint64_t>(eHandle));
+    if (r == nullptr) return;
+    Recorder::instance().close(r, now_ns());
+}
+
+} // namespace vigil::prof

@@ -1,0 +1,661 @@
+// SPDX-License-Identifier: Apache-2.0
+// Profiler writer thread: drain, aggregate per collective, write trace and summary.
+#include "writer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "clock.h"
+#include "log.h"
+#include "recorder.h"
+
+namespace vigil::prof {
+
+int datatype_bytes(const char *n) noexcept
+{
+    if (n == nullptr) return 0;
+    struct T {
+        const char *name;
+        int bytes;
+    };
+    static constexpr T kTypes[] = {
+        {"ncclInt8", 1},     {"ncclUint8", 1},   {"ncclInt32", 4},        {"ncclUint32", 4},
+        {"ncclInt64", 8},    {"ncclUint64", 8},  {"ncclFloat16", 2},      {"ncclFloat32", 4},
+        {"ncclFloat64", 8},  {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1},  {"ncclFloat8e5m2", 1},
+    };
+    for (const T &t : kTypes)
+        if (std::strcmp(n, t.name) == 0) return t.bytes;
+    return 0;
+}
+
+double bus_factor(const char *func, uint64_t count, int type_bytes, int nranks, uint64_t *size) noexcept
+{
+    const uint64_t b = count * static_cast<uint64_t>(type_bytes);
+    const double n = nranks > 0 ? nranks : 1;
+    *size = b;
+    if (func == nullptr) return 1;
+    if (std::strcmp(func, "AllReduce") == 0) return 2 * (n - 1) / n;
+    if (std::strcmp(func, "AllGather") == 0 || std::strcmp(func, "ReduceScatter") == 0) {
+        *size = b * static_cast<uint64_t>(n); // count is per rank (NCCL's Coll event)
+        return (n - 1) / n;
+    }
+    if (std::strcmp(func, "AlltoAll") == 0) return (n - 1) / n;
+    return 1; // Broadcast, Reduce, SendRecv
+}
+
+namespace {
+
+/// A bounded output file.
+struct Out {
+    FILE *f = nullptr;
+    uint64_t bytes = 0;
+    uint64_t max = 0;
+    uint64_t dropped = 0; // lines (records) that did not fit
+    bool first = true;    // trace: no comma before the first event
+
+    bool put(const char *s, size_t n)
+    {
+        if (f == nullptr) return false;
+        if (bytes + n > max) {
+            ++dropped;
+            return false;
+        }
+        std::fwrite(s, 1, n, f);
+        bytes += n;
+        return true;
+    }
+};
+
+/// Wall-clock microseconds ("%lld.%03lld") of a CLOCK_MONOTONIC time.
+struct Us {
+    char s[32];
+    explicit Us(uint64_t mono_ns)
+    {
+        const long long v = static_cast<long long>(mono_ns) + mono_to_realtime_ns();
+        std::snprintf(s, sizeof(s), "%lld.%03lld", v / 1000, v % 1000);
+    }
+};
+
+std::string escape(const char *in)
+{
+    std::string o;
+    for (const char *p = in; *p; ++p) {
+        const unsigned char c = static_cast<unsigned char>(*p);
+        if (c == '"' || c == '\\') {
+            o += '\\';
+            o += static_cast<char>(c);
+        } else if (c < 0x20) {
+            char b[8];
+            std::snprintf(b, sizeof(b), "\\u%04x", c);
+            o += b;
+        } else {
+            o += static_cast<char>(c);
+        }
+    }
+    return o;
+}
+
+const char *str(const char *s) { return s ? s : "?"; }
+
+const char *state_name(int s)
+{
+    static const char *const kNames[] = {
+        "SendPosted", "SendRemFifoWait", "SendTransmitted", "SendDone", "RecvPosted", "RecvReceived",
+        "RecvTransmitted", "RecvDone", "SendGPUWait", "SendWait", "RecvWait", "RecvFlushWait", "RecvGPUWait",
+        "Idle", "Active", "Sleep", "Wakeup", "Append", "AppendEnd", "InProgress", "SendPeerWait", "NetUpdate",
+        "KernelChStop", "GroupStartApiStop", "GroupEndApiStart"};
+    return s >= 0 && s < static_cast<int>(sizeof(kNames) / sizeof(kNames[0])) ? kNames[s] : "unknown";
+}
+
+/// A collective or p2p task being put together from its events.
+struct Agg {
+    Record rec{};             // the Coll/P2p record (valid when have_rec)
+    bool have_rec = false;
+    uint16_t ctx = 0;
+    uint64_t proxy_end_ns = 0; // last ProxyOp/ProxyStep stop
+    uint64_t gpu_start = UINT64_MAX, gpu_stop = 0;
+    int kch_done = 0;
+    uint64_t touched_ns = 0;   // writer time of the last event
+};
+
+struct CtxState {
+    int64_t gpu_offset = INT64_MAX; // host mono - GPU globaltimer, min over kernel starts
+    uint64_t colls = 0;
+};
+
+struct Writer {
+    WriterConfig cfg;
+    std::mutex mu; // everything below; taken by the writer thread per cycle
+    std::condition_variable cv;
+    std::thread th;
+    bool running = false;
+    bool stop = false;
+    Out trace, summary;
+    std::unordered_map<uint64_t, Agg> pending;
+    CtxState ctxs[kMaxContexts];
+    std::set<std::pair<int, int>> named_tracks;
+    uint64_t orphans = 0;
+    char line[2048];
+};
+
+Writer &W()
+{
+    static Writer w;
+    return w;
+}
+
+void put(Out &o, const char *s, size_t n) { o.put(s, n); }
+
+void trace_event(Writer &w, const char *json, int n)
+{
+    if (w.trace.f == nullptr || n <= 0) return;
+    const size_t len = std::min<size_t>(static_cast<size_t>(n), sizeof(w.line) - 1);
+    if (w.trace.bytes + len + 2 > w.trace.max) {
+        ++w.trace.dropped;
+        return;
+    }
+    if (!w.trace.first) w.trace.put(",\n", 2);
+    w.trace.first = false;
+    w.trace.put(json, len);
+}
+
+void name_track(Writer &w, int pid, int tid, const char *name)
+{
+    if (!w.named_tracks.insert({pid, tid}).second) return;
+    char b[256];
+    const int n = std::snprintf(b, sizeof(b),
+                                "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+                                pid, tid, name);
+    trace_event(w, b, n);
+    const int m = std::snprintf(b, sizeof(b),
+                                "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+                                pid, tid, tid);
+    trace_event(w, b, m);
+}
+
+void summary_line(Writer &w, int n)
+{
+    if (n <= 0) return;
+    const size_t len = std::min<size_t>(static_cast<size_t>(n), sizeof(w.line) - 1);
+    put(w.summary, w.line, len);
+}
+
+// Tracks (tid) of one communicator's trace process.
+constexpr int kTidColl = 1, kTidApi = 2, kTidGroup = 3, kTidCtrl = 4;
+int tid_op(int ch, int send) { return 100 + ch * 2 + (send ? 0 : 1); }
+int tid_kch(int ch) { return 400 + ch; }
+int tid_net(int dev, int slot) { return 700 + dev * 2 + slot; }
+int tid_step(int ch, int send, int step) { return 1000 + (ch * 2 + (send ? 0 : 1)) * 8 + (step & 7); }
+
+bool traced(const Writer &w, Kind k) { return (w.cfg.traced & bit(k)) != 0; }
+
+void emit_agg(Writer &w, const Agg &a)
+{
+    const Record &r = a.rec;
+    const Context *c = context_at(a.ctx);
+    const int nranks = c ? c->nranks : 0;
+    const bool coll = r.kind == Kind::kColl;
+    const char *func = coll ? r.coll.func : r.p2p.func;
+    const char *dt = coll ? r.coll.datatype : r.p2p.datatype;
+    const uint64_t count = coll ? r.coll.count : r.p2p.count;
+    const int tb = datatype_bytes(dt);
+    uint64_t size = 0;
+    const double factor = coll ? bus_factor(func, count, tb, nranks, &size) : (size = count * tb, 1.0);
+    const CtxState &cs = w.ctxs[a.ctx];
+    uint64_t end = r.stop_ns;
+    const char *timing = "enqueue";
+    if (a.kch_done > 0 && cs.gpu_offset != INT64_MAX) {
+        end = static_cast<uint64_t>(static_cast<int64_t>(a.gpu_stop) + cs.gpu_offset);
+        timing = "kernel";
+    } else if (a.proxy_end_ns) {
+        end = a.proxy_end_ns;
+        timing = "proxy";
+    }
+    if (end < r.start_ns) end = r.start_ns;
+    const double dur_us = static_cast<double>(end - r.start_ns) / 1e3;
+    const bool timed = std::strcmp(timing, "enqueue") != 0 && dur_us > 0;
+    const double algbw = timed ? static_cast<double>(size) / (dur_us * 1e3) : 0; // GB/s
+    const Us start(r.start_ns);
+    char comm[24];
+    std::snprintf(comm, sizeof(comm), "0x%016llx", c ? static_cast<unsigned long long>(c->comm_hash) : 0ull);
+    int n;
+    if (coll) {
+        n = std::snprintf(w.line, sizeof(w.line),
+                          "{\"type\":\"coll\",\"comm\":\"%s\",\"rank\":%d,\"nranks\":%d,\"seq\":%llu,\"func\":\"%s\","
+                          "\"count\":%llu,\"datatype\":\"%s\",\"bytes\":%llu,\"algo\":\"%s\",\"proto\":\"%s\","
+                          "\"channels\":%u,\"start_us\":%s,\"duration_us\":%.3f,\"algbw_GBps\":%.4f,"
+                          "\"busbw_GBps\":%.4f,\"timing\":\"%s\"",
+                          comm, c ? c->rank : -1, nranks, static_cast<unsigned long long>(r.coll.seq), str(func),
+                          static_cast<unsigned long long>(count), str(dt), static_cast<unsigned long long>(size),
+                          str(r.coll.algo), str(r.coll.proto), r.coll.channels, start.s, dur_us, algbw,
+                          algbw * factor, timing);
+    } else {
+        n = std::snprintf(w.line, sizeof(w.line),
+                          "{\"type\":\"p2p\",\"comm\":\"%s\",\"rank\":%d,\"nranks\":%d,\"func\":\"%s\",\"peer\":%d,"
+                          "\"count\":%llu,\"datatype\":\"%s\",\"bytes\":%llu,\"channels\":%u,\"start_us\":%s,"
+                          "\"duration_us\":%.3f,\"algbw_GBps\":%.4f,\"timing\":\"%s\"",
+                          comm, c ? c->rank : -1, nranks, str(func), r.p2p.peer, static_cast<unsigned long long>(count),
+                          str(dt), static_cast<unsigned long long>(size), r.p2p.channels, start.s, dur_us, algbw,
+                          timing);
+    }
+    if (n > 0 && a.kch_done > 0 && a.gpu_stop > a.gpu_start && static_cast<size_t>(n) < sizeof(w.line) - 64)
+        n += std::snprintf(w.line + n, sizeof(w.line) - static_cast<size_t>(n), ",\"kernel_us\":%.3f",
+                           static_cast<double>(a.gpu_stop - a.gpu_start) / 1e3);
+    if (n > 0 && static_cast<size_t>(n) < sizeof(w.line) - 2) {
+        w.line[n++] = '}';
+        w.line[n++] = '\n';
+        summary_line(w, n);
+    }
+    // Trace: an async slice from arrival to completion (consecutive collectives overlap).
+    if (traced(w, r.kind)) {
+        const Us end_us(end);
+        name_track(w, a.ctx, kTidColl, "collectives");
+        char b[768];
+        int m = std::snprintf(b, sizeof(b),
+                              "{\"ph\":\"b\",\"cat\":\"%s\",\"name\":\"%s\",\"id\":\"0x%llx\",\"pid\":%u,\"tid\":%d,"
+                              "\"ts\":%s,\"args\":{\"seq\":%llu,\"bytes\":%llu,\"algo\":\"%s\",\"proto\":\"%s\","
+                              "\"channels\":%u,\"busbw_GBps\":%.4f,\"timing\":\"%s\"}}",
+                              coll ? "coll" : "p2p", str(func), static_cast<unsigned long long>(r.id), a.ctx, kTidColl,
+                              start.s, coll ? static_cast<unsigned long long>(r.coll.seq) : 0ull,
+                              static_cast<unsigned long long>(size), coll ? str(r.coll.algo) : "",
+                              coll ? str(r.coll.proto) : "", coll ? r.coll.channels : r.p2p.channels,
+                              algbw * factor, timing);
+        trace_event(w, b, m);
+        m = std::snprintf(b, sizeof(b),
+                          "{\"ph\":\"e\",\"cat\":\"%s\",\"name\":\"%s\",\"id\":\"0x%llx\",\"pid\":%u,\"tid\":%d,\"ts\":%s}",
+                          coll ? "coll" : "p2p", str(func), static_cast<unsigned long long>(r.id), a.ctx, kTidColl,
+                          end_us.s);
+        trace_event(w, b, m);
+    }
+    ++w.ctxs[a.ctx].colls;
+}
+
+/// A complete ("X") slice.
+void slice(Writer &w, const Record &r, int tid, const char *track, const char *name, const char *args)
+{
+    name_track(w, r.ctx, tid, track);
+    const Us ts(r.start_ns);
+    char b[1024];
+    const int n = std::snprintf(b, sizeof(b),
+                                "{\"ph\":\"X\",\"name\":\"%s\",\"pid\":%u,\"tid\":%d,\"ts\":%s,\"dur\":%.3f,\"args\":{%s}}",
+                                name, r.ctx, tid, ts.s, static_cast<double>(r.stop_ns - r.start_ns) / 1e3, args);
+    trace_event(w, b, n);
+}
+
+void net_record(Writer &w, const Record &r)
+{
+    const NetInfo &ni = r.net;
+    const Context *c = context_at(r.ctx);
+    char comm[24];
+    std::snprintf(comm, sizeof(comm), "0x%016llx", c ? static_cast<unsigned long long>(c->comm_hash) : 0ull);
+    const char *slot = ni.slot == 0 ? "primary" : "backup";
+    static const char *const kEv[] = {"unknown", "window", "failover", "failback"};
+    const char *ev = ni.type <= 3 ? kEv[ni.type] : "unknown";
+    static const char *const kSt[] = {"unused", "active", "standby", "dead"};
+    const char *st = ni.state <= 3 ? kSt[ni.state] : "unknown";
+    const Us ts(ni.start_ns);
+    const double bw = ni.busy_ns ? static_cast<double>(ni.bytes) / static_cast<double>(ni.busy_ns) : 0; // GB/s
+    int n;
+    if (ni.type == 1) {
+        n = std::snprintf(w.line, sizeof(w.line),
+                          "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"window\",\"dev\":%d,\"slot\":\"%s\","
+                          "\"generation\":%u,\"start_us\":%s,\"window_us\":%u,\"bytes\":%llu,\"busy_us\":%.3f,"
+                          "\"busy_bw_GBps\":%.4f,\"lat_p99_us\":%.3f,\"degraded\":%s,\"state\":\"%s\"}\n",
+                          comm, c ? c->rank : -1, ni.dev, slot, ni.generation, ts.s, ni.window_us,
+                          static_cast<unsigned long long>(ni.bytes), static_cast<double>(ni.busy_ns) / 1e3, bw,
+                          static_cast<double>(ni.lat_p99_ns) / 1e3, ni.degraded ? "true" : "false", st);
+    } else {
+        n = std::snprintf(w.line, sizeof(w.line),
+                          "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"%s\",\"dev\":%d,\"slot\":\"%s\","
+                          "\"generation\":%u,\"start_us\":%s,\"bytes\":%llu}\n",
+                          comm, c ? c->rank : -1, ev, ni.dev, slot, ni.generation, ts.s,
+                          static_cast<unsigned long long>(ni.bytes));
+    }
+    summary_line(w, n);
+    if (!traced(w, Kind::kNet)) return;
+    char track[48];
+    std::snprintf(track, sizeof(track), "net dev %d %s", ni.dev, slot);
+    const int tid = tid_net(ni.dev < 0 ? 0 : ni.dev, ni.slot ? 1 : 0);
+    name_track(w, r.ctx, tid, track);
+    char b[768];
+    if (ni.type == 1) {
+        n = std::snprintf(b, sizeof(b),
+                          "{\"ph\":\"X\",\"name\":\"window\",\"pid\":%u,\"tid\":%d,\"ts\":%s,\"dur\":%u,\"args\":{"
+                          "\"bytes\":%llu,\"busy_us\":%.3f,\"busy_bw_GBps\":%.4f,\"lat_p99_us\":%.3f,\"degraded\":%s,"
+                          "\"generation\":%u}}",
+                          r.ctx, tid, ts.s, ni.window_us, static_cast<unsigned long long>(ni.bytes),
+                          static_cast<double>(ni.busy_ns) / 1e3, bw, static_cast<double>(ni.lat_p99_ns) / 1e3,
+                          ni.degraded ? "true" : "false", ni.generation);
+    } else {
+        n = std::snprintf(b, sizeof(b),
+                          "{\"ph\":\"i\",\"s\":\"p\",\"name\":\"%s\",\"pid\":%u,\"tid\":%d,\"ts\":%s,\"args\":{"
+                          "\"generation\":%u,\"bytes\":%llu}}",
+                          ev, r.ctx, tid, ts.s, ni.generation, static_cast<unsigned long long>(ni.bytes));
+    }
+    trace_event(w, b, n);
+}
+
+Agg &agg_of(Writer &w, uint64_t id, uint16_t ctx, uint64_t now)
+{
+    Agg &a = w.pending[id];
+    if (a.ctx == 0) a.ctx = ctx;
+    a.touched_ns = now;
+    return a;
+}
+
+void process(Writer &w, const Record &r, uint64_t now)
+{
+    char args[512];
+    switch (r.kind) {
+    case Kind::kColl:
+    case Kind::kP2p: {
+        Agg &a = agg_of(w, r.id, r.ctx, now);
+        a.rec = r;
+        a.have_rec = true;
+        a.ctx = r.ctx;
+        break;
+    }
+    case Kind::kProxyOp: {
+        if (r.root) {
+            Agg &a = agg_of(w, r.root, r.ctx, now);
+            a.proxy_end_ns = std::max(a.proxy_end_ns, r.stop_ns);
+        }
+        if (!traced(w, r.kind)) break;
+        std::snprintf(args, sizeof(args), "\"peer\":%d,\"steps\":%d,\"chunk\":%d,\"foreign\":%s", r.op.peer,
+                      r.op.steps, r.op.chunk, (r.flags & kFlagForeign) ? "true" : "false");
+        char track[32];
+        std::snprintf(track, sizeof(track), "ch %u %s", r.op.channel, r.op.is_send ? "send" : "recv");
+        slice(w, r, tid_op(r.op.channel, r.op.is_send), track, r.op.is_send ? "send op" : "recv op", args);
+        break;
+    }
+    case Kind::kProxyStep: {
+        if (r.root) {
+            Agg &a = agg_of(w, r.root, r.ctx, now);
+            a.proxy_end_ns = std::max(a.proxy_end_ns, r.stop_ns);
+        }
+        if (!traced(w, r.kind)) break;
+        int k = std::snprintf(args, sizeof(args), "\"step\":%d,\"bytes\":%llu", r.step.step,
+                              static_cast<unsigned long long>(r.step.trans_size));
+        for (int i = 0; i < r.nstates && k > 0 && k < static_cast<int>(sizeof(args)) - 64; ++i)
+            k += std::snprintf(args + k, sizeof(args) - static_cast<size_t>(k), ",\"%s_us\":%.3f",
+                               state_name(r.step.state[i]), static_cast<double>(r.step.at_ns[i]) / 1e3);
+        const int ch = r.step.channel == 255 ? 0 : r.step.channel;
+        char track[40];
+        std::snprintf(track, sizeof(track), "ch %d %s s%d", ch, r.step.is_send ? "send" : "recv", r.step.step & 7);
+        slice(w, r, tid_step(ch, r.step.is_send, r.step.step), track, "step", args);
+        break;
+    }
+    case Kind::kKernelCh: {
+        CtxState &cs = w.ctxs[r.ctx];
+        if (r.kch.gpu_start_ns) {
+            const int64_t off = static_cast<int64_t>(r.start_ns) - static_cast<int64_t>(r.kch.gpu_start_ns);
+            cs.gpu_offset = std::min(cs.gpu_offset, off);
+        }
+        if (r.root) {
+            Agg &a = agg_of(w, r.root, r.ctx, now);
+            if (r.kch.gpu_start_ns) a.gpu_start = std::min(a.gpu_start, r.kch.gpu_start_ns);
+            a.gpu_stop = std::max(a.gpu_stop, r.kch.gpu_stop_ns ? r.kch.gpu_stop_ns : r.kch.gpu_start_ns);
+            ++a.kch_done;
+        }
+        if (!traced(w, r.kind) || cs.gpu_offset == INT64_MAX || r.kch.gpu_stop_ns < r.kch.gpu_start_ns) break;
+        Record placed = r; // on the host clock through the calibrated offset
+        placed.start_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_start_ns) + cs.gpu_offset);
+        placed.stop_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_stop_ns) + cs.gpu_offset);
+        std::snprintf(args, sizeof(args), "\"gpu_start_ns\":%llu,\"gpu_stop_ns\":%llu",
+                      static_cast<unsigned long long>(r.kch.gpu_start_ns),
+                      static_cast<unsigned long long>(r.kch.gpu_stop_ns));
+        char track[24];
+        std::snprintf(track, sizeof(track), "ch %u kernel", r.kch.channel);
+        slice(w, placed, tid_kch(r.kch.channel), track, "kernel", args);
+        break;
+    }
+    case Kind::kNet:
+        if (r.root) agg_of(w, r.root, r.ctx, now);
+        if (r.net.type != 0) {
+            net_record(w, r);
+        } else if (traced(w, r.kind)) {
+            std::snprintf(args, sizeof(args), "\"plugin_id\":%lld", static_cast<long long>(r.foreign_net.plugin_id));
+            slice(w, r, tid_net(15, 0), "net (other plugin)", "net", args);
+        }
+        break;
+    case Kind::kGroupApi:
+    case Kind::kCollApi:
+    case Kind::kP2pApi:
+    case Kind::kKernelLaunch: {
+        if (!traced(w, r.kind)) break;
+        static const char *const kApi[] = {"GroupApi", "CollApi", "P2pApi", "KernelLaunch"};
+        const char *name = kApi[static_cast<int>(r.kind) - static_cast<int>(Kind::kGroupApi)];
+        if (r.kind == Kind::kCollApi || r.kind == Kind::kP2pApi) {
+            name = str(r.api.func);
+            std::snprintf(args, sizeof(args), "\"count\":%llu,\"datatype\":\"%s\",\"graph_captured\":%s",
+                          static_cast<unsigned long long>(r.api.count), str(r.api.datatype),
+                          r.api.graph_captured ? "true" : "false");
+        } else if (r.kind == Kind::kGroupApi) {
+            std::snprintf(args, sizeof(args), "\"depth\":%d,\"graph_captured\":%s,\"start_api_stop_us\":%.3f,"
+                          "\"end_api_start_us\":%.3f", r.api.depth, r.api.graph_captured ? "true" : "false",
+                          r.api.start_stop_ns / 1e3, r.api.end_start_ns / 1e3);
+        } else {
+            args[0] = '\0';
+        }
+        slice(w, r, kTidApi, "api", name, args);
+        break;
+    }
+    case Kind::kGroup:
+        if (traced(w, r.kind)) slice(w, r, kTidGroup, "groups", "Group", "");
+        break;
+    case Kind::kProxyCtrl: {
+        if (!traced(w, r.kind)) break;
+        int k = std::snprintf(args, sizeof(args), "\"appended\":%d", r.ctrl.appended);
+        for (int i = 0; i < r.nstates && k > 0 && k < static_cast<int>(sizeof(args)) - 64; ++i)
+            k += std::snprintf(args + k, sizeof(args) - static_cast<size_t>(k), ",\"%s_us\":%.3f",
+                               state_name(r.ctrl.state[i]), static_cast<double>(r.ctrl.at_ns[i]) / 1e3);
+        slice(w, r, kTidCtrl, "proxy ctrl", r.nstates ? state_name(r.ctrl.state[0]) : "ctrl", args);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/// Completes collectives: all kernel channels seen, or quiet for settle_ns (or `all`, or
+/// those of context `only`).
+void complete(Writer &w, uint64_t now, bool all, int only = -1)
+{
+    std::vector<const Agg *> done;
+    std::vector<uint64_t> done_ids;
+    for (auto it = w.pending.begin(); it != w.pending.end();) {
+        Agg &a = it->second;
+        const bool mine = only < 0 || a.ctx == only;
+        const bool quiet = now - a.touched_ns > w.cfg.settle_ns;
+        if (a.have_rec) {
+            const uint8_t ch = a.rec.kind == Kind::kColl ? a.rec.coll.channels : a.rec.p2p.channels;
+            const bool kdone = ch > 0 && a.kch_done >= ch;
+            if ((mine && all) || kdone || quiet) {
+                done.push_back(&a);
+                done_ids.push_back(it->first);
+                ++it;
+                continue;
+            }
+        } else if ((mine && all) || now - a.touched_ns > 4 * w.cfg.settle_ns) {
+            ++w.orphans; // work whose collective record was dropped or came after completion
+            it = w.pending.erase(it);
+            continue;
+        }
+        ++it;
+    }
+    // In arrival order, so a summary reads like the job's timeline.
+    std::sort(done.begin(), done.end(), [](const Agg *a, const Agg *b) { return a->rec.start_ns < b->rec.start_ns; });
+    for (const Agg *a : done) emit_agg(w, *a);
+    for (uint64_t id : done_ids) w.pending.erase(id);
+}
+
+void drain_locked(Writer &w)
+{
+    const uint64_t now = now_ns();
+    Recorder::instance().drain([&](const Record &r) { process(w, r, now); });
+    complete(w, now, false);
+}
+
+void loop()
+{
+    Writer &w = W();
+    std::unique_lock<std::mutex> g(w.mu);
+    while (!w.stop) {
+        drain_locked(w);
+        w.cv.wait_for(g, std::chrono::nanoseconds(w.cfg.period_ns));
+    }
+}
+
+int open_files(Writer &w)
+{
+    if (w.cfg.dir.empty()) return 0;
+    if (mkdir(w.cfg.dir.c_str(), 0755) != 0 && errno != EEXIST) return -errno;
+    char host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    // A process that destroys its last communicator and creates another starts a new pair of
+    // files rather than truncating the first.
+    static int session = 0;
+    const std::string base = w.cfg.dir + "/vigil-prof-" + host + "-" + std::to_string(getpid()) +
+                             (session++ ? "-" + std::to_string(session - 1) : std::string());
+    w.summary.f = std::fopen((base + ".jsonl").c_str(), "w");
+    if (w.summary.f == nullptr) return -errno;
+    w.trace.f = std::fopen((base + ".trace.json").c_str(), "w");
+    if (w.trace.f == nullptr) {
+        const int e = errno;
+        std::fclose(w.summary.f);
+        w.summary.f = nullptr;
+        return -e;
+    }
+    w.summary.max = w.trace.max = w.cfg.max_bytes;
+    static const char kHead[] = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+    w.trace.put(kHead, sizeof(kHead) - 1);
+    const int n = std::snprintf(w.line, sizeof(w.line),
+                                "{\"type\":\"process\",\"host\":\"%s\",\"pid\":%d,\"version\":\"%s\",\"events\":\"%s\","
+                                "\"mask\":%u,\"mono_to_realtime_ns\":%lld,\"abi\":\"v%d\"}\n",
+                                escape(host).c_str(), static_cast<int>(getpid()), VIGIL_VERSION,
+                                events_text(w.cfg.traced).c_str(), w.cfg.recorded,
+                                static_cast<long long>(mono_to_realtime_ns()), w.cfg.abi);
+    summary_line(w, n);
+    VLOG_INFO(NCCL_INIT | NCCL_PROFILE, "profiler files %s.{jsonl,trace.json}", base.c_str());
+    return 0;
+}
+
+void write_stats(Writer &w)
+{
+    const RecorderCounters c = Recorder::instance().counters();
+    const int n = std::snprintf(
+        w.line, sizeof(w.line),
+        "{\"type\":\"stats\",\"events\":%llu,\"dropped_pool\":%llu,\"dropped_ring\":%llu,\"dropped_threads\":%llu,"
+        "\"leaked\":%llu,\"foreign_handles\":%llu,\"orphans\":%llu,\"trace_dropped\":%llu,\"summary_dropped\":%llu}\n",
+        static_cast<unsigned long long>(c.events), static_cast<unsigned long long>(c.dropped_pool),
+        static_cast<unsigned long long>(c.dropped_ring), static_cast<unsigned long long>(c.dropped_threads),
+        static_cast<unsigned long long>(c.leaked), static_cast<unsigned long long>(c.foreign_handles),
+        static_cast<unsigned long long>(w.orphans), static_cast<unsigned long long>(w.trace.dropped),
+        static_cast<unsigned long long>(w.summary.dropped));
+    // The stats record is written even past the size bound: it is what says what was lost.
+    if (w.summary.f && n > 0) std::fwrite(w.line, 1, static_cast<size_t>(n), w.summary.f);
+}
+
+} // namespace
+
+int start_writer(const WriterConfig &cfg)
+{
+    Writer &w = W();
+    std::lock_guard<std::mutex> g(w.mu);
+    if (w.running) return 0;
+    w.cfg = cfg;
+    w.stop = false;
+    w.trace = Out{};
+    w.summary = Out{};
+    w.named_tracks.clear();
+    w.pending.clear();
+    w.orphans = 0;
+    for (CtxState &c : w.ctxs) c = CtxState{};
+    const int rc = open_files(w);
+    try {
+        w.th = std::thread(loop);
+    } catch (const std::exception &e) {
+        VLOG_WARN("cannot start the profiler writer thread: %s", e.what());
+        return -EAGAIN;
+    }
+    w.running = true;
+    return rc;
+}
+
+void writer_add_context(const Context &c)
+{
+    Writer &w = W();
+    std::lock_guard<std::mutex> g(w.mu);
+    const Us t(c.init_ns);
+    const std::string name = escape(c.name);
+    int n = std::snprintf(w.line, sizeof(w.line),
+                          "{\"type\":\"comm\",\"comm\":\"0x%016llx\",\"name\":\"%s\",\"rank\":%d,\"nranks\":%d,"
+                          "\"nnodes\":%d,\"start_us\":%s}\n",
+                          static_cast<unsigned long long>(c.comm_hash), name.c_str(), c.rank, c.nranks, c.nnodes, t.s);
+    summary_line(w, n);
+    char b[256];
+    n = std::snprintf(b, sizeof(b),
+                      "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"args\":{\"name\":\"rank %d comm 0x%016llx%s%s\"}}",
+                      c.index, c.rank, static_cast<unsigned long long>(c.comm_hash), name.empty() ? "" : " ",
+                      name.c_str());
+    trace_event(w, b, n);
+}
+
+void writer_finalize_context(const Context &c)
+{
+    Writer &w = W();
+    std::lock_guard<std::mutex> g(w.mu);
+    if (!w.running) return;
+    drain_locked(w);
+    complete(w, now_ns(), true, c.index);
+    if (w.summary.f) std::fflush(w.summary.f);
+    if (w.trace.f) std::fflush(w.trace.f);
+}
+
+void flush_writer() noexcept
+{
+    Writer &w = W();
+    std::lock_guard<std::mutex> g(w.mu);
+    if (!w.running) return;
+    drain_locked(w);
+    if (w.summary.f) std::fflush(w.summary.f);
+    if (w.trace.f) std::fflush(w.trace.f);
+}
+
+void stop_writer() noexcept
+{
+    Writer &w = W();
+    {
+        std::lock_guard<std::mutex> g(w.mu);
+        if (!w.running) return;
+        w.stop = true;
+    }
+    w.cv.notify_all();
+    w.th.join();
+    std::lock_guard<std::mutex> g(w.mu);
+    drain_locked(w);
+    complete(w, now_ns(), true);
+    write_stats(w);
+    if (w.trace.f) {
+        static const char kTail[] = "\n]}\n";
+        std::fwrite(kTail, 1, sizeof(kTail) - 1, w.trace.f);
+        std::fclose(w.trace.f);
+    }
+    if (w.summary.f) std::fclose(w.summary.f);
+    w.trace.f = w.summary.f = nullptr;
+    w.running = false;
+}
+
+} // namespace vigil::prof
