@@ -313,6 +313,7 @@ void SendComm::queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexce
     d.dev = slots_[slot].path ? slots_[slot].path->local_dev() : -1;
     d.start_ns = now_ns();
     d.bytes = bytes;
+    d.conn = reinterpret_cast<uintptr_t>(this);
 }
 
 void SendComm::emit_events_locked(void *phandle) noexcept
@@ -347,6 +348,7 @@ void SendComm::emit_events_locked(void *phandle) noexcept
     d.bytes = w.bytes;
     d.busy_ns = w.busy_ns;
     d.lat_p99_ns = w.lat_p99_ns;
+    d.conn = reinterpret_cast<uintptr_t>(this);
     emit(d);
 }
 

@@ -47,6 +47,7 @@ void fill_net(Record *r, int64_t id, const void *data)
         r->net.bytes = d->bytes;
         r->net.busy_ns = d->busy_ns;
         r->net.lat_p99_ns = d->lat_p99_ns;
+        r->net.conn = d->conn;
     } else {
         r->foreign_net.plugin_id = id; // another net plugin's event: kept as a bare slice
     }

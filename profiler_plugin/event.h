@@ -44,8 +44,9 @@ struct NetInfo {
     uint64_t bytes;
     uint64_t busy_ns;
     uint64_t lat_p99_ns;
+    uint64_t conn; ///< connection id, as in the telemetry registry (0 unknown)
 };
-static_assert(sizeof(NetInfo) == 48);
+static_assert(sizeof(NetInfo) == 56);
 
 /// One event, as recorded (104 bytes; copied once, at stop, into the writer's ring).
 /// `id` is the handle NCCL holds; `parent` the parent's handle when it is one of ours and

@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "log.h"
 #include "recorder.h"
+#include "telemetry/prof_metrics.h"
 
 namespace vigil::prof {
 
@@ -147,6 +148,9 @@ struct Writer {
     CtxState ctxs[kMaxContexts];
     std::set<std::pair<int, int>> named_tracks;
     uint64_t orphans = 0;
+    // Prometheus counters (vigil export); kept across writer restarts, like the contexts.
+    telemetry::ProfMetrics metrics;
+    telemetry::CommEntry *comm_entry[kMaxContexts] = {};
     char line[2048];
 };
 
@@ -280,6 +284,7 @@ void emit_agg(Writer &w, const Agg &a)
         trace_event(w, b, m);
     }
     ++w.ctxs[a.ctx].colls;
+    w.metrics.count(w.comm_entry[a.ctx], func, size, timed ? end - r.start_ns : 0, algbw * factor * 1e9);
 }
 
 /// A complete ("X") slice.
@@ -311,16 +316,17 @@ void net_record(Writer &w, const Record &r)
     if (ni.type == 1) {
         n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"window\",\"dev\":%d,\"slot\":\"%s\","
-                          "\"generation\":%u,\"start_us\":%s,\"window_us\":%u,\"bytes\":%llu,\"busy_us\":%.3f,"
+                          "\"conn\":%llu,\"generation\":%u,\"start_us\":%s,\"window_us\":%u,\"bytes\":%llu,\"busy_us\":%.3f,"
                           "\"busy_bw_GBps\":%.4f,\"lat_p99_us\":%.3f,\"degraded\":%s,\"state\":\"%s\"}\n",
-                          comm, c ? c->rank : -1, ni.dev, slot, ni.generation, ts.s, ni.window_us,
+                          comm, c ? c->rank : -1, ni.dev, slot, static_cast<unsigned long long>(ni.conn),
+                          ni.generation, ts.s, ni.window_us,
                           static_cast<unsigned long long>(ni.bytes), static_cast<double>(ni.busy_ns) / 1e3, bw,
                           static_cast<double>(ni.lat_p99_ns) / 1e3, ni.degraded ? "true" : "false", st);
     } else {
         n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"%s\",\"dev\":%d,\"slot\":\"%s\","
-                          "\"generation\":%u,\"start_us\":%s,\"bytes\":%llu}\n",
-                          comm, c ? c->rank : -1, ev, ni.dev, slot, ni.generation, ts.s,
+                          "\"conn\":%llu,\"generation\":%u,\"start_us\":%s,\"bytes\":%llu}\n",
+                          comm, c ? c->rank : -1, ev, ni.dev, slot, static_cast<unsigned long long>(ni.conn), ni.generation, ts.s,
                           static_cast<unsigned long long>(ni.bytes));
     }
     summary_line(w, n);
@@ -506,6 +512,9 @@ void drain_locked(Writer &w)
     const uint64_t now = now_ns();
     Recorder::instance().drain([&](const Record &r) { process(w, r, now); });
     complete(w, now, false);
+    const RecorderCounters c = Recorder::instance().counters();
+    w.metrics.set_totals(c.events, c.dropped_pool + c.dropped_ring + c.dropped_threads + w.trace.dropped +
+                                       w.summary.dropped);
 }
 
 void loop()
@@ -583,6 +592,8 @@ int start_writer(const WriterConfig &cfg)
     w.pending.clear();
     w.orphans = 0;
     for (CtxState &c : w.ctxs) c = CtxState{};
+    if (int e = w.metrics.open(); e != 0)
+        VLOG_WARN("profiler counters segment: %s; vigil export will not show collectives", std::strerror(-e));
     const int rc = open_files(w);
     try {
         w.th = std::thread(loop);
@@ -605,6 +616,7 @@ void writer_add_context(const Context &c)
                           "\"nnodes\":%d,\"start_us\":%s}\n",
                           static_cast<unsigned long long>(c.comm_hash), name.c_str(), c.rank, c.nranks, c.nnodes, t.s);
     summary_line(w, n);
+    w.comm_entry[c.index] = w.metrics.add_comm(c.comm_hash, c.name, c.rank, c.nranks);
     char b[256];
     n = std::snprintf(b, sizeof(b),
                       "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"args\":{\"name\":\"rank %d comm 0x%016llx%s%s\"}}",
@@ -620,6 +632,7 @@ void writer_finalize_context(const Context &c)
     if (!w.running) return;
     drain_locked(w);
     complete(w, now_ns(), true, c.index);
+    w.metrics.finalize_comm(w.comm_entry[c.index]);
     if (w.summary.f) std::fflush(w.summary.f);
     if (w.trace.f) std::fflush(w.trace.f);
 }

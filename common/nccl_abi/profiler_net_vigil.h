@@ -32,7 +32,8 @@ typedef struct {
     uint64_t bytes;      /* window: bytes completed; failover/failback: bytes replayed */
     uint64_t busy_ns;    /* window: time with data in flight */
     uint64_t lat_p99_ns; /* window: completion latency p99 */
-    uint64_t reserved[2];
+    uint64_t conn;       /* the connection (as `conn` in the telemetry registry and files); 0 unknown */
+    uint64_t reserved[1];
 } vigilNetProfDescr_v1_t;
 
 #endif /* VIGIL_NCCL_ABI_PROFILER_NET_VIGIL_H */

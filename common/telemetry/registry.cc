@@ -26,9 +26,9 @@ namespace {
 
 std::mutex g_mu;
 
-std::string prefix()
+std::string prefix(const char *stem)
 {
-    return "/dev/shm/vigil-" + std::to_string(getuid()) + "-";
+    return std::string("/dev/shm/") + stem + "-" + std::to_string(getuid()) + "-";
 }
 
 void copy_str(char *dst, size_t n, const std::string &s)
@@ -60,10 +60,10 @@ bool segment_name(const std::string &rest)
 
 } // namespace
 
-std::vector<std::string> list_registries()
+std::vector<std::string> list_segments(const char *stem)
 {
     std::vector<std::string> out;
-    const std::string pre = prefix();
+    const std::string pre = prefix(stem);
     const std::string base = pre.substr(std::string("/dev/shm/").size());
     DIR *d = opendir("/dev/shm");
     if (d == nullptr) return out;
@@ -76,10 +76,14 @@ std::vector<std::string> list_registries()
     return out;
 }
 
-int reap_stale()
+std::vector<std::string> list_registries() { return list_segments(kRegistryStem); }
+
+int reap_stale() { return reap_stale_segments(kRegistryStem); }
+
+int reap_stale_segments(const char *stem)
 {
     int n = 0;
-    for (const std::string &f : list_registries()) {
+    for (const std::string &f : list_segments(stem)) {
         int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) continue;
         // The owner holds LOCK_SH for its lifetime: an exclusive lock means nobody does.
@@ -95,36 +99,49 @@ Registry &Registry::instance()
     return *r;
 }
 
-int Registry::open(uint64_t window_ns, int rank)
+int create_segment(const char *stem, size_t size, Segment *out)
 {
-    std::lock_guard<std::mutex> g(g_mu);
-    if (base_.load() != nullptr) return 0;
-    reap_stale();
+    reap_stale_segments(stem);
     uint64_t token = 0;
     getrandom(&token, sizeof(token), 0);
     char suffix[32];
     std::snprintf(suffix, sizeof(suffix), "%d-%016llx", static_cast<int>(getpid()),
                   static_cast<unsigned long long>(token));
-    path_ = prefix() + suffix;
-    int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    const std::string path = prefix(stem) + suffix;
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return -errno;
     fchmod(fd, 0600); // owner-only whatever the umask
     flock(fd, LOCK_SH);
-    size_ = registry_bytes(kMaxPaths);
     // Reserve the memory now: a tmpfs that runs out later would SIGBUS the data path.
-    if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(size_)); rc != 0) {
+    if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0) {
         ::close(fd);
-        unlink(path_.c_str());
+        unlink(path.c_str());
         return -rc;
     }
-    void *p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         int rc = -errno;
         ::close(fd);
-        unlink(path_.c_str());
+        unlink(path.c_str());
         return rc;
     }
-    fd_ = fd;
+    out->path = path;
+    out->base = p;
+    out->size = size;
+    out->fd = fd;
+    return 0;
+}
+
+int Registry::open(uint64_t window_ns, int rank)
+{
+    std::lock_guard<std::mutex> g(g_mu);
+    if (base_.load() != nullptr) return 0;
+    Segment seg;
+    if (int rc = create_segment(kRegistryStem, registry_bytes(kMaxPaths), &seg); rc != 0) return rc;
+    path_ = seg.path;
+    size_ = seg.size;
+    fd_ = seg.fd;
+    void *p = seg.base;
     auto *h = static_cast<RegistryHeader *>(p);
     std::memcpy(h->magic, kRegistryMagic, sizeof(h->magic));
     h->version = kRegistryVersion;

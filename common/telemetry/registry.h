@@ -163,11 +163,30 @@ private:
     const RegistryHeader *hdr_ = nullptr;
 };
 
+/// File-name stem of the telemetry registry ("/dev/shm/vigil-<uid>-<pid>-<16 hex>").
+inline constexpr char kRegistryStem[] = "vigil";
+
 /// Segment files of this user in /dev/shm ("/dev/shm/vigil-<uid>-<pid>-<16 hex>").
 std::vector<std::string> list_registries();
 /// Removes segments of this user that no process holds (their flock is free). Returns how
 /// many. Files not named like a segment are never touched.
 int reap_stale();
+
+/// The same for any kind of segment, named "/dev/shm/<stem>-<uid>-<pid>-<16 hex>".
+std::vector<std::string> list_segments(const char *stem);
+int reap_stale_segments(const char *stem);
+
+/// A created segment: mapped read-write, 0600, memory reserved, and held with a shared
+/// flock through `fd` (kept open for the process's life: that is what marks it live).
+struct Segment {
+    std::string path;
+    void *base = nullptr;
+    size_t size = 0;
+    int fd = -1;
+};
+/// Reaps stale segments of `stem`, then creates this process's new one of `size` bytes
+/// (zero-filled). Returns 0 or -errno.
+int create_segment(const char *stem, size_t size, Segment *out);
 /// True when pid `pid` exists.
 bool pid_alive(int pid);
 

@@ -17,6 +17,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "prof_metrics.h"
 #include "registry.h"
 
 namespace {
@@ -246,6 +247,47 @@ std::string metrics(bool extra)
                 put("vigil_path_latency_p99_seconds", static_cast<double>(r.p99) / 1e9);
                 put("vigil_path_generation", e.generation.load());
                 put("vigil_path_peak_inflight_bytes", static_cast<double>(r.inflight));
+            }
+        }
+    }
+    // Collectives, from the profiler's counters segments.
+    fams.push_back({"vigil_coll_total", "counter", "Collectives (and p2p operations) completed."});
+    fams.push_back({"vigil_coll_bytes_total", "counter", "Bytes of completed collectives, as nccl-tests counts them."});
+    fams.push_back({"vigil_coll_seconds_total", "counter", "Time from arrival to completion, summed over collectives."});
+    fams.push_back({"vigil_coll_busbw_bytes", "gauge", "Bus bandwidth of the last timed collective, bytes/s (nccl-tests factors)."});
+    fams.push_back({"vigil_profiler_events_total", "counter", "Profiler events recorded."});
+    fams.push_back({"vigil_profiler_events_dropped_total", "counter", "Profiler events dropped (pools, rings or file bounds)."});
+    reap_stale_segments(kProfStem);
+    for (const std::string &file : list_segments(kProfStem)) {
+        ProfView v;
+        std::string why;
+        if (v.open(file, &why) != 0) {
+            std::fprintf(stderr, "vigil: skipping %s: %s\n", file.c_str(), why.c_str());
+            continue;
+        }
+        const ProfHeader &h = v.header();
+        const std::string proc = "host=\"" + label_value(h.host, sizeof(h.host)) + "\",pid=\"" + std::to_string(h.pid) + "\"";
+        auto put = [&](const char *name, const std::string &labels, double val) {
+            char num[64];
+            std::snprintf(num, sizeof(num), "%.17g", val);
+            body[name] += std::string(name) + "{" + labels + "} " + num + "\n";
+        };
+        put("vigil_profiler_events_total", proc, static_cast<double>(h.events.load()));
+        put("vigil_profiler_events_dropped_total", proc, static_cast<double>(h.dropped.load()));
+        for (uint32_t i = 0; i < v.entries(); ++i) {
+            const CommEntry &e = v.entry(i);
+            if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+            char comm[24];
+            std::snprintf(comm, sizeof(comm), "0x%016llx", static_cast<unsigned long long>(e.comm_hash));
+            for (int t = 0; t < static_cast<int>(CollType::kCount); ++t) {
+                const CollCounters &c = e.types[t];
+                if (c.count.load() == 0) continue;
+                const std::string labels = proc + ",comm=\"" + comm + "\",rank=\"" + std::to_string(e.rank) +
+                                           "\",coll=\"" + coll_type_name(static_cast<CollType>(t)) + "\"";
+                put("vigil_coll_total", labels, static_cast<double>(c.count.load()));
+                put("vigil_coll_bytes_total", labels, static_cast<double>(c.bytes.load()));
+                put("vigil_coll_seconds_total", labels, static_cast<double>(c.time_ns.load()) / 1e9);
+                put("vigil_coll_busbw_bytes", labels, static_cast<double>(c.busbw_Bps.load()));
             }
         }
     }

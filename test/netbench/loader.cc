@@ -82,9 +82,9 @@ const char *NetPlugin::name() const
 ncclResult_t NetPlugin::init(uint64_t comm_id)
 {
     ncclNetCommConfig_v11_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
-    if (v12_) return v12_->init(&ctx_, comm_id, &cfg, bench_logger, nullptr);
-    if (v11_) return v11_->init(&ctx_, comm_id, &cfg, bench_logger, nullptr);
-    if (v10_) return v10_->init(bench_logger, nullptr);
+    if (v12_) return v12_->init(&ctx_, comm_id, &cfg, bench_logger, prof_cb_);
+    if (v11_) return v11_->init(&ctx_, comm_id, &cfg, bench_logger, prof_cb_);
+    if (v10_) return v10_->init(bench_logger, prof_cb_);
     if (v9_) return v9_->init(bench_logger);
     return v8_->init(bench_logger);
 }
@@ -163,24 +163,24 @@ ncclResult_t NetPlugin::reg_mr(void *comm, void *data, size_t size, void **mh)
 
 ncclResult_t NetPlugin::dereg_mr(void *comm, void *mh) { return DISPATCH(deregMr, comm, mh); }
 
-ncclResult_t NetPlugin::isend(void *sc, void *data, size_t size, int tag, void *mh, void **req)
+ncclResult_t NetPlugin::isend(void *sc, void *data, size_t size, int tag, void *mh, void **req, void *phandle)
 {
-    if (v12_) return v12_->isend(sc, data, size, tag, mh, nullptr, req);
-    if (v11_) return v11_->isend(sc, data, size, tag, mh, nullptr, req);
-    if (v10_) return v10_->isend(sc, data, size, tag, mh, nullptr, req);
+    if (v12_) return v12_->isend(sc, data, size, tag, mh, phandle, req);
+    if (v11_) return v11_->isend(sc, data, size, tag, mh, phandle, req);
+    if (v10_) return v10_->isend(sc, data, size, tag, mh, phandle, req);
     if (v9_) return v9_->isend(sc, data, size, tag, mh, req);
     if (size > INT_MAX) return ncclInvalidArgument; // what NCCL's v8 shim does (net_v8.cc:58)
     return v8_->isend(sc, data, static_cast<int>(size), tag, mh, req);
 }
 
 ncclResult_t NetPlugin::irecv(void *rc, int n, void **data, size_t *sizes, int *tags, void **mhs,
-                              void **req)
+                              void **req, void **phandles)
 {
     // NCCL pre-loads (void*)0x1 for LL/LL128 receives; the plugin must overwrite it.
     *req = reinterpret_cast<void *>(0x1);
-    if (v12_) return v12_->irecv(rc, n, data, sizes, tags, mhs, nullptr, req);
-    if (v11_) return v11_->irecv(rc, n, data, sizes, tags, mhs, nullptr, req);
-    if (v10_) return v10_->irecv(rc, n, data, sizes, tags, mhs, nullptr, req);
+    if (v12_) return v12_->irecv(rc, n, data, sizes, tags, mhs, phandles, req);
+    if (v11_) return v11_->irecv(rc, n, data, sizes, tags, mhs, phandles, req);
+    if (v10_) return v10_->irecv(rc, n, data, sizes, tags, mhs, phandles, req);
     if (v9_) return v9_->irecv(rc, n, data, sizes, tags, mhs, req);
     int narrow[64];
     for (int i = 0; i < n && i < 64; ++i) {

@@ -38,6 +38,10 @@ public:
     const char *name() const;
     std::string path() const { return path_; }
 
+    /// The dlopen() handle (to find other plugin symbols in the same library).
+    void *handle() const { return lib_; }
+    /// The profiler callback given to init (v10+), as NCCL passes its own; NULL: none.
+    void set_profiler_callback(ncclProfilerCallback_t cb) { prof_cb_ = cb; }
     ncclResult_t init(uint64_t comm_id);
     ncclResult_t finalize();
     ncclResult_t devices(int *n);
@@ -47,9 +51,11 @@ public:
     ncclResult_t accept(void *lc, void **rc);
     ncclResult_t reg_mr(void *comm, void *data, size_t size, void **mh);
     ncclResult_t dereg_mr(void *comm, void *mh);
-    ncclResult_t isend(void *sc, void *data, size_t size, int tag, void *mh, void **req);
+    /// `phandle`/`phandles`: profiler proxy-step handles (v10+; ignored before).
+    ncclResult_t isend(void *sc, void *data, size_t size, int tag, void *mh, void **req,
+                       void *phandle = nullptr);
     ncclResult_t irecv(void *rc, int n, void **data, size_t *sizes, int *tags, void **mhs,
-                       void **req);
+                       void **req, void **phandles = nullptr);
     ncclResult_t test(void *req, int *done, int *sizes);
     ncclResult_t close_send(void *sc);
     ncclResult_t close_recv(void *rc);
@@ -60,6 +66,7 @@ private:
     int version_ = 0;
     std::string path_;
     void *ctx_ = nullptr;
+    ncclProfilerCallback_t prof_cb_ = nullptr;
     ncclNet_v8_t *v8_ = nullptr;
     ncclNet_v9_t *v9_ = nullptr;
     ncclNet_v10_t *v10_ = nullptr;

@@ -20,11 +20,13 @@
 #include <vector>
 
 #include "loader.h"
+#include "prof_driver.h"
 #include "rendezvous.h"
 
 namespace {
 
 using vigil::bench::NetPlugin;
+using vigil::bench::ProfDriver;
 using vigil::bench::Rendezvous;
 
 struct Options {
@@ -46,6 +48,7 @@ struct Options {
     int dev = 0;
     int channels = 1;
     double timeout_s = 600;
+    std::string profile; // "": off; "net": the plugin library's ncclProfiler; else a path
 };
 
 [[noreturn]] void usage(int rc)
@@ -71,6 +74,10 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
   --channels C         all-reduce: C connections per ring neighbour, channel c on device
                        (dev + c) mod ndevices, slices dealt round-robin (like NCCL channels)
   --timeout S          abort with ok:false after S seconds (default 600)
+  --profile net|PATH   all-reduce: drive an NCCL profiler plugin like NCCL's proxy does (a Coll
+                       per iteration, ProxyOps per channel and direction, a ProxyStep per
+                       request, the net plugin's events through the profiler callback);
+                       "net" takes ncclProfiler_v6/_v5 from the net plugin's own library
 
 Prints a table on rank 0 and, last, a one-line JSON summary:
   {"ok":..,"workload":..,"ranks":..,"bytes":..,"seconds":..,"gbps":..,"errors":..,...}
@@ -122,6 +129,7 @@ Options parse(int argc, char **argv)
         else if (a == "--dev") o.dev = std::atoi(next());
         else if (a == "--channels") o.channels = std::atoi(next());
         else if (a == "--timeout") o.timeout_s = std::atof(next());
+        else if (a == "--profile") o.profile = next();
         else {
             std::fprintf(stderr, "vigil-netbench: unknown option %s\n", a.c_str());
             usage(2);
@@ -187,8 +195,8 @@ private:
     // try_*: one call; nullptr when the plugin answered with a NULL request (NCCL then goes on
     // testing other requests and calls again later). post_*: retry until posted, only safe
     // while fewer than NCCL_NET_MAX_REQUESTS requests are outstanding.
-    void *try_send(void *data, size_t size, void *mh, int ch = 0);
-    void *try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch = 0);
+    void *try_send(void *data, size_t size, void *mh, int ch = 0, void *phandle = nullptr);
+    void *try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch = 0, void **phandles = nullptr);
     void *post_send(void *data, size_t size, void *mh);
     void *post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs);
     bool poll(void *req, int *sizes);
@@ -203,6 +211,8 @@ private:
 
     Options o_;
     NetPlugin net_;
+    ProfDriver prof_;
+    bool profiling_ = false;
     Rendezvous rdv_;
     std::vector<void *> send_comms_, recv_comms_; // per channel
     int max_recvs_ = 1;
@@ -230,19 +240,19 @@ void Bench::check_nccl(ncclResult_t r, const char *call)
     if (r != ncclSuccess) die(std::string(call) + " returned ncclResult " + std::to_string(r));
 }
 
-void *Bench::try_send(void *data, size_t size, void *mh, int ch)
+void *Bench::try_send(void *data, size_t size, void *mh, int ch, void *phandle)
 {
     void *req = reinterpret_cast<void *>(0x2); // must be overwritten, like NCCL expects
-    check_nccl(net_.isend(send_comms_[static_cast<size_t>(ch)], data, size, o_.rank, mh, &req), "isend");
+    check_nccl(net_.isend(send_comms_[static_cast<size_t>(ch)], data, size, o_.rank, mh, &req, phandle), "isend");
     if (req == reinterpret_cast<void *>(0x2)) die("isend left *request unwritten");
     if (req == nullptr) ++null_retries_;
     return req;
 }
 
-void *Bench::try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch)
+void *Bench::try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch, void **phandles)
 {
     void *req = nullptr;
-    check_nccl(net_.irecv(recv_comms_[static_cast<size_t>(ch)], n, data, sizes, tags, mhs, &req), "irecv");
+    check_nccl(net_.irecv(recv_comms_[static_cast<size_t>(ch)], n, data, sizes, tags, mhs, &req, phandles), "irecv");
     if (req == reinterpret_cast<void *>(0x1)) die("irecv left the 0x1 pre-load in *request");
     if (req == nullptr) ++null_retries_;
     return req;
@@ -295,8 +305,18 @@ void Bench::dereg(Buffer &b)
 int Bench::run()
 {
     if (std::string e = net_.load(o_.plugin, o_.api_version); !e.empty()) die(e);
+    if (!o_.profile.empty()) {
+        if (std::string e = prof_.load(o_.profile == "net" ? net_.handle() : nullptr, o_.profile); !e.empty()) die(e);
+        net_.set_profiler_callback(ProfDriver::net_callback);
+    }
     if (std::string e = rdv_.open(o_.rendezvous, o_.rank, o_.nranks, 60); !e.empty()) die(e);
     uint64_t comm_id = 0x76696769ull; // same on every rank, like NCCL's commHash
+    if (!o_.profile.empty()) {
+        uint64_t hash = 0xcbf29ce484222325ull; // FNV-1a of the rendezvous: one "communicator" per job
+        for (char ch : o_.rendezvous) hash = (hash ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
+        if (std::string e = prof_.init(hash, o_.nranks, o_.rank); !e.empty()) die(e);
+        profiling_ = true;
+    }
     check_nccl(net_.init(comm_id), "init");
     int ndev = 0;
     check_nccl(net_.devices(&ndev), "devices");
@@ -356,6 +376,7 @@ int Bench::run()
     for (void *c : send_comms_) check_nccl(net_.close_send(c), "closeSend");
     for (void *c : recv_comms_) check_nccl(net_.close_recv(c), "closeRecv");
     check_nccl(net_.finalize(), "finalize");
+    if (profiling_) prof_.finalize(); // NCCL finalizes the profiler at comm destroy
 
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru); // this process's CPU time, all threads (plugin's included)
@@ -553,10 +574,15 @@ void Bench::allreduce()
     }
     // One ring step: send [sptr, +slen) to next, receive into [rptr, +rlen) from prev, both
     // cut into slices with up to `window` requests in flight per direction.
+    // Profiler: per iteration one ProxyOp per channel and direction; step numbers run on
+    // across the ring steps of the iteration, like NCCL's per-op step counter.
+    std::vector<void *> op_send(send_comms_.size(), nullptr), op_recv(recv_comms_.size(), nullptr);
+    std::vector<int> nstep_send(send_comms_.size(), 0), nstep_recv(recv_comms_.size(), 0);
     auto step = [&](float *sptr, size_t scount, float *rptr, size_t rcount, bool reduce) {
         const size_t sbytes = scount * sizeof(float), rbytes = rcount * sizeof(float);
         const size_t ns = sbytes ? (sbytes + slice - 1) / slice : 0, nr = rbytes ? (rbytes + slice - 1) / slice : 0;
         std::vector<void *> sreq(ns, nullptr), rreq(nr, nullptr);
+        std::vector<void *> sstep(ns, nullptr), rstep(nr, nullptr); // profiler ProxyStep handles
         size_t s_posted = 0, r_posted = 0, s_done = 0, r_done = 0;
         uint8_t *dst = reinterpret_cast<uint8_t *>(reduce ? t : rptr);
         int tag = prev;
@@ -565,17 +591,31 @@ void Bench::allreduce()
                 void *d = dst + r_posted * slice;
                 size_t sz = std::min(slice, rbytes - r_posted * slice);
                 const int ch = static_cast<int>(r_posted % recv_comms_.size());
-                rreq[r_posted] = try_recv(1, &d, &sz, &tag,
-                                          reduce ? &tmp.mh_recv[static_cast<size_t>(ch)] : &data.mh_recv[static_cast<size_t>(ch)], ch);
+                const auto c = static_cast<size_t>(ch);
+                // NCCL starts the step before each irecv attempt, so a NULL request leaves a
+                // started step behind that is never stopped (reference section 3.7).
+                if (profiling_) rstep[r_posted] = prof_.step_start(op_recv[c], nstep_recv[c]);
+                rreq[r_posted] = try_recv(1, &d, &sz, &tag, reduce ? &tmp.mh_recv[c] : &data.mh_recv[c], ch,
+                                          &rstep[r_posted]);
                 if (rreq[r_posted] == nullptr) break;
+                if (profiling_) prof_.state(rstep[r_posted], ncclProfilerProxyStepRecvWait, 0);
+                ++nstep_recv[c];
                 ++r_posted;
             }
             while (s_posted < ns && s_posted - s_done < static_cast<size_t>(o_.window)) {
                 const size_t sz = std::min(slice, sbytes - s_posted * slice);
                 const int ch = static_cast<int>(s_posted % send_comms_.size());
+                const auto c = static_cast<size_t>(ch);
+                if (profiling_ && sstep[s_posted] == nullptr) { // kept across NULL-request retries
+                    sstep[s_posted] = prof_.step_start(op_send[c], nstep_send[c]);
+                    prof_.state(sstep[s_posted], ncclProfilerProxyStepSendGPUWait, 0);
+                }
+                if (profiling_) prof_.state(sstep[s_posted], ncclProfilerProxyStepSendPeerWait_v4, 0);
                 sreq[s_posted] = try_send(reinterpret_cast<uint8_t *>(sptr) + s_posted * slice, sz,
-                                          data.mh_send[static_cast<size_t>(ch)], ch);
+                                          data.mh_send[c], ch, sstep[s_posted]);
                 if (sreq[s_posted] == nullptr) break;
+                if (profiling_) prof_.state(sstep[s_posted], ncclProfilerProxyStepSendWait, sz);
+                ++nstep_send[c];
                 ++s_posted;
                 bytes_sent_ += sz;
             }
@@ -586,22 +626,44 @@ void Bench::allreduce()
                 rreq[i] = nullptr;
                 const size_t expect = std::min(slice, rbytes - i * slice);
                 if (static_cast<size_t>(got) != expect) ++errors_;
+                if (profiling_) {
+                    prof_.state(rstep[i], ncclProfilerProxyStepRecvFlushWait, static_cast<size_t>(got));
+                    prof_.state(rstep[i], ncclProfilerProxyStepRecvGPUWait, 0);
+                }
                 if (reduce) {
                     const size_t f0 = i * slice / sizeof(float), nf = expect / sizeof(float);
                     for (size_t k = 0; k < nf; ++k) rptr[f0 + k] += t[f0 + k];
                 }
+                if (profiling_) prof_.stop(rstep[i]);
             }
             while (r_done < r_posted && rreq[r_done] == nullptr) ++r_done;
             for (size_t i = s_done; i < s_posted; ++i)
-                if (sreq[i] != nullptr && poll(sreq[i], nullptr)) sreq[i] = nullptr;
+                if (sreq[i] != nullptr && poll(sreq[i], nullptr)) {
+                    sreq[i] = nullptr;
+                    if (profiling_) prof_.stop(sstep[i]);
+                }
             while (s_done < s_posted && sreq[s_done] == nullptr) ++s_done;
         }
     };
     double total_time = 0;
     for (int it = 0; it < iters; ++it) {
         for (size_t i = 0; i < count; ++i) x[i] = value(r, i, it);
+        // The rank "arrives" (calls the collective) before it can know whether the others
+        // have: the Coll event starts here, before the barrier, as NCCL's starts at enqueue.
+        void *coll = profiling_ ? prof_.coll(static_cast<uint64_t>(it), "AllReduce", count, "ncclFloat32",
+                                             static_cast<int>(send_comms_.size()))
+                                : nullptr;
         if (std::string e = rdv_.barrier(); !e.empty()) die(e);
         const double t0 = now_s();
+        if (profiling_) {
+            const int per_ch = static_cast<int>(2 * (n - 1) * ((max_chunk * sizeof(float) + slice - 1) / slice) /
+                                                send_comms_.size()) + 1;
+            for (size_t c = 0; c < send_comms_.size(); ++c) {
+                op_send[c] = prof_.op_start(coll, static_cast<int>(c), (r + 1) % n, per_ch, static_cast<int>(slice), true);
+                op_recv[c] = prof_.op_start(coll, static_cast<int>(c), prev, per_ch, static_cast<int>(slice), false);
+                nstep_send[c] = nstep_recv[c] = 0;
+            }
+        }
         for (int s = 0; s < n - 1; ++s) { // reduce-scatter
             const int sc = (r - s + n) % n, rc = (r - s - 1 + 2 * n) % n;
             step(x + chunk_begin(sc), chunk_begin(sc + 1) - chunk_begin(sc),
@@ -614,6 +676,10 @@ void Bench::allreduce()
         }
         const double dt = now_s() - t0;
         total_time += dt;
+        for (size_t c = 0; profiling_ && c < send_comms_.size(); ++c) {
+            prof_.stop(op_send[c]);
+            prof_.stop(op_recv[c]);
+        }
         uint64_t bad = 0;
         for (size_t i = 0; i < count; ++i) {
             float expect = 0;
