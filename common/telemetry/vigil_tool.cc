@@ -3,7 +3,9 @@
 //   vigil dump [--windows N] [--follow SECONDS]   JSONL: one "path" record per path, then its
 //                                                 windows (newest N; --follow: new ones)
 //   vigil top [--once] [--interval S]             live per-path table
-//   vigil export [--listen ADDR:PORT] [--extra]   Prometheus text exposition over HTTP
+//   vigil export [--listen ADDR:PORT] [--extra]   Prometheus text exposition over HTTP (paths
+//                                                 and the profiler's collective counters)
+//   vigil report [--out DIR] DIR...               straggler report over profiler/telemetry files
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -19,6 +21,7 @@
 
 #include "prof_metrics.h"
 #include "registry.h"
+#include "report.h"
 
 namespace {
 
@@ -326,6 +329,7 @@ int serve(const std::string &listen, bool extra)
                  "usage: vigil dump [--windows N] [--follow SECONDS]\n"
                  "       vigil top [--once] [--interval SECONDS]\n"
                  "       vigil export [--listen ADDR:PORT] [--extra]   (default 127.0.0.1:9464)\n"
+                 "       vigil report [--out DIR] [--no-plots] [--top N] DIR...   (straggler report)\n"
                  "Reads /dev/shm/vigil-<uid>-<pid>, the telemetry registry of every NCCL process of\n"
                  "this user that loaded the Vigil net plugin.\n");
     std::exit(rc);
@@ -337,6 +341,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) usage(2);
     const std::string cmd = argv[1];
+    if (cmd == "report") return vigil::telemetry::run_report(argc - 2, argv + 2);
     int windows = 64;
     double follow = 0, interval = 1;
     bool once = false, extra = false;
