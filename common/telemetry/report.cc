@@ -350,7 +350,9 @@ void add_net(const json &j, const Origin &org, Data &d)
     if (ev == "window") {
         ++p.windows;
         const double bytes = num(j, "bytes"), busy = num(j, "busy_us") / 1e6;
-        if (bytes > 0 && busy > 0) {
+        // Loaded = data in flight. A window may hold busy time and no completion (a message
+        // spanning windows completes in its last one): its busy time still counts.
+        if (busy > 0) {
             ++p.loaded_windows;
             p.bytes += bytes;
             p.busy_s += busy;
@@ -438,7 +440,9 @@ void read_telemetry(const Input &in, Data &d)
                 p.origins.insert(in.host + ":" + in.pid);
                 ++p.windows;
                 const double bytes = num(j, "bytes"), busy = num(j, "busy_ns") / 1e9;
-                if (bytes > 0 && busy > 0) {
+                // A window whose data waited for the receiving application (it had not
+                // posted its receive) says nothing about the path's speed.
+                if (busy > 0 && !truthy(j, "receiver_bound")) { // see add_net
                     ++p.loaded_windows;
                     p.bytes += bytes;
                     p.busy_s += busy;
@@ -660,12 +664,23 @@ SlowVerdict judge_slowest(const std::vector<const PathStat *> &all, const char *
     return v;
 }
 
-// Sums paths into one entry per (host, device).
+// The address part of an endpoint ("10.0.0.1:4242" -> "10.0.0.1", "[fe80::1]:42" -> "[fe80::1]").
+std::string address_of(const std::string &endpoint)
+{
+    const size_t b = endpoint.find(']');
+    if (b != std::string::npos) return endpoint.substr(0, b + 1);
+    const size_t c = endpoint.rfind(':');
+    return c == std::string::npos ? endpoint : endpoint.substr(0, c);
+}
+
+// Sums paths into one entry per NIC: (host, device, local address). The address tells NICs
+// apart where host names do not (containers and network namespaces share one host name).
 std::map<std::string, PathStat> nics_of(const std::map<std::string, PathStat> &paths)
 {
     std::map<std::string, PathStat> nics;
     for (const auto &[k, p] : paths) {
-        const std::string key = p.host + " " + p.device;
+        const std::string addr = address_of(p.local);
+        const std::string key = p.host + " " + p.device + (addr.empty() ? "" : " " + addr);
         PathStat &n = nics[key];
         if (n.label.empty()) {
             n.label = "host " + key;

@@ -49,6 +49,8 @@ struct Options {
     int channels = 1;
     double timeout_s = 600;
     std::string profile; // "": off; "net": the plugin library's ncclProfiler; else a path
+    int delay_rank = -1;  // all-reduce: this rank arrives late at every collective
+    int delay_us = 0;
 };
 
 [[noreturn]] void usage(int rc)
@@ -78,6 +80,8 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
                        per iteration, ProxyOps per channel and direction, a ProxyStep per
                        request, the net plugin's events through the profiler callback);
                        "net" takes ncclProfiler_v6/_v5 from the net plugin's own library
+  --delay-rank R --delay-us U   all-reduce: rank R arrives U us late at every iteration (a
+                       straggler, e.g. for `vigil report`)
 
 Prints a table on rank 0 and, last, a one-line JSON summary:
   {"ok":..,"workload":..,"ranks":..,"bytes":..,"seconds":..,"gbps":..,"errors":..,...}
@@ -130,6 +134,8 @@ Options parse(int argc, char **argv)
         else if (a == "--channels") o.channels = std::atoi(next());
         else if (a == "--timeout") o.timeout_s = std::atof(next());
         else if (a == "--profile") o.profile = next();
+        else if (a == "--delay-rank") o.delay_rank = std::atoi(next());
+        else if (a == "--delay-us") o.delay_us = std::atoi(next());
         else {
             std::fprintf(stderr, "vigil-netbench: unknown option %s\n", a.c_str());
             usage(2);
@@ -648,6 +654,7 @@ void Bench::allreduce()
     double total_time = 0;
     for (int it = 0; it < iters; ++it) {
         for (size_t i = 0; i < count; ++i) x[i] = value(r, i, it);
+        if (r == o_.delay_rank && o_.delay_us > 0) usleep(static_cast<useconds_t>(o_.delay_us));
         // The rank "arrives" (calls the collective) before it can know whether the others
         // have: the Coll event starts here, before the barrier, as NCCL's starts at enqueue.
         void *coll = profiling_ ? prof_.coll(static_cast<uint64_t>(it), "AllReduce", count, "ncclFloat32",

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The profiler chain in the lab, no GPU: 4 hosts x 2 ports, every port shaped to 800 Mbit/s,
+# a 4-rank ring all-reduce through libnccl-net-vigil.so whose own ncclProfiler_v6 is driven
+# the way NCCL's proxy drives it (vigil-netbench --profile net); the net plugin's window
+# events reach the profiler in-band. Then `vigil report` over the ranks' files.
+#   slow-port   2 ranks, 2 channels (one per port); host 0's port 0 cut to 200 Mbit/s: the
+#               report names a path over that port (10.77.0.1 <-> 10.77.0.2, both directions
+#               cross it) as the slowest link and an eth0 NIC at either end. (In a longer
+#               ring, back-pressure slows the busy time of upstream paths too, so a path
+#               verdict needs more than busy-time bandwidth: see the README's limits.)
+#   late-rank   rank 1 arrives 20 ms late at every all-reduce: the report names rank 1
+#   files       the trace parses, holds every kind of event the chain makes, and the summary
+#               has one record per iteration per rank with the nccl-tests bus bandwidth
+source "$(dirname "$0")/../functional/lib.sh"
+need_root_lab
+if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 4 -P 2 -- "$0" "$@"; fi
+VIGIL=${VIGIL_BIN:?VIGIL_BIN not set}
+for h in 0 1 2 3; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 800mbit; done; done
+
+# profile_run NRANKS ITERS ARGS...: every rank writes profiler and telemetry files to $TMP/prof.
+profile_run() {
+    local n=$1 iters=$2; shift 2
+    mkdir -p "$TMP/prof"
+    VIGIL_PROFILE_DIR=$TMP/prof VIGIL_TELEMETRY_DIR=$TMP/prof VIGIL_PROFILE_EVENTS=all \
+        run_ranks "$n" --workload allreduce --bytes 4M --iters "$iters" --profile net "$@" >"$TMP/run.out"
+    expect_ok "$(cat "$TMP/run.out")"
+    "$VIGIL" report --out "$TMP/report" --no-plots "$TMP/prof" >"$TMP/report.txt" 2>&1 ||
+        { cat "$TMP/report.txt" >&2; fail "vigil report failed"; }
+    cat "$TMP/report.txt"
+}
+line() { grep "^$1" "$TMP/report.txt" || fail "no '$1' line in the report"; }
+
+case $1 in
+slow-port)
+    "$NETLAB_SH" degrade 0 0 200mbit
+    profile_run 2 8 --channels 2 --slice 256K
+    got=$(line "slowest link:")
+    [[ $got != *"none stands out"* && $got == *" eth0 "* && $got == *10.77.0.1* && $got == *10.77.0.2* ]] ||
+        fail "expected a 10.77.0.1 <-> 10.77.0.2 path, got: $got"
+    got=$(line "slowest nic:")
+    [[ $got != *"none stands out"* && $got == *"eth0 10.77.0."[12]* ]] || fail "expected host 0 or 1 eth0, got: $got"
+    got=$(line "slowest rank:")
+    [[ $got == *"none stands out"* ]] || fail "no rank is late here, got: $got"
+    ;;
+late-rank)
+    profile_run 4 12 --delay-rank 1 --delay-us 20000
+    got=$(line "slowest rank:")
+    [[ $got =~ rank\ 1([^0-9]|$) ]] || fail "expected rank 1, got: $got"
+    ;;
+files)
+    profile_run 4 6
+    python3 - "$TMP/prof" <<'PY' || fail "profiler files"
+import glob, json, sys
+d = sys.argv[1]
+sums = sorted(glob.glob(d + "/vigil-prof-*.jsonl"))
+traces = sorted(glob.glob(d + "/vigil-prof-*.trace.json"))
+assert len(sums) == 4 and len(traces) == 4, (sums, traces)
+ranks = set()
+for f in sums:
+    recs = [json.loads(l) for l in open(f)]
+    types = [r["type"] for r in recs]
+    assert types[0] == "process" and types[-1] == "stats", types
+    colls = [r for r in recs if r["type"] == "coll"]
+    assert [c["seq"] for c in colls] == list(range(6)), [c["seq"] for c in colls]
+    for c in colls:
+        assert c["bytes"] == 4 << 20 and c["nranks"] == 4 and c["timing"] == "proxy", c
+        assert abs(c["busbw_GBps"] - c["algbw_GBps"] * 1.5) < 1e-3, c
+        assert c["duration_us"] > 0, c
+    ranks.add(colls[0]["rank"])
+    nets = [r for r in recs if r["type"] == "net" and r["event"] == "window"]
+    assert nets and sum(n["bytes"] for n in nets) > 0, "no net windows with bytes"
+    st = recs[-1]
+    assert st["dropped_pool"] == st["dropped_ring"] == st["dropped_threads"] == 0, st
+assert ranks == {0, 1, 2, 3}, ranks
+for f in traces:
+    ev = json.load(open(f))["traceEvents"]
+    names = {e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert "collectives" in names and any(n.startswith("ch 0 send") for n in names) \
+        and any(n.startswith("net dev") for n in names), names
+    phs = {e["ph"] for e in ev}
+    assert {"X", "b", "e", "M"} <= phs, phs
+print("profiler files ok:", len(sums), "summaries,", len(traces), "traces")
+PY
+    ;;
+*) fail "unknown case $1" ;;
+esac
