@@ -210,7 +210,7 @@ expect "$TMP/log1" '^slowest rank: rank 2 \(host nodeB pid 4002\) in comm 0x5f3c
 expect "$TMP/log1" '^arrival: rank 2 arrives late \(host-side/desync\)'
 expect "$TMP/log1" '^slowest link: host nodeA eth1 10\.77\.1\.2 -> 10\.77\.1\.3 send: busy bandwidth 1\.[0-9]+ GB/s, 0\.2[0-9]x'
 expect "$TMP/log1" '^slowest link: .* 12 of 20 windows degraded; events naming it: 1 degraded, 1 failback, 1 failover$'
-expect "$TMP/log1" '^slowest nic: host nodeA eth1: busy bandwidth [0-9.]+ GB/s, 0\.[34][0-9]x'
+expect "$TMP/log1" '^slowest nic: host nodeA eth1 10\.77\.1\.2: busy bandwidth [0-9.]+ GB/s, 0\.[34][0-9]x'
 expect "$TMP/log1" '^events: 1 failover, 1 failback'
 check_json "$TMP/out1/report.json" late
 check_trace "$TMP/out1/merged.trace.json"
