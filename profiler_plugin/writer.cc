@@ -2,6 +2,7 @@
 // Profiler writer thread: drain, aggregate per collective, write trace and summary.
 #include "writer.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -150,6 +151,7 @@ struct Writer {
     uint64_t orphans = 0;
     // Prometheus counters (vigil export); kept across writer restarts, like the contexts.
     telemetry::ProfMetrics metrics;
+    RecorderCounters at_start; // the recorder's counters when this session's files opened
     telemetry::CommEntry *comm_entry[kMaxContexts] = {};
     char line[2048];
 };
@@ -534,12 +536,23 @@ int open_files(Writer &w)
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     // A process that destroys its last communicator and creates another starts a new pair of
-    // files rather than truncating the first.
-    static int session = 0;
-    const std::string base = w.cfg.dir + "/vigil-prof-" + host + "-" + std::to_string(getpid()) +
-                             (session++ ? "-" + std::to_string(session - 1) : std::string());
-    w.summary.f = std::fopen((base + ".jsonl").c_str(), "w");
-    if (w.summary.f == nullptr) return -errno;
+    // files (-1, -2, ...) and never truncates an earlier one, not even after NCCL unloaded and
+    // reloaded the library (2.30.7 does at the last finalize), which resets every static here.
+    const std::string stem = w.cfg.dir + "/vigil-prof-" + host + "-" + std::to_string(getpid());
+    std::string base;
+    int fd = -1;
+    for (int n = 0; n < 10000 && fd < 0; ++n) {
+        base = stem + (n ? "-" + std::to_string(n) : std::string());
+        fd = ::open((base + ".jsonl").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST) return -errno;
+    }
+    if (fd < 0) return -EEXIST;
+    w.summary.f = fdopen(fd, "w");
+    if (w.summary.f == nullptr) {
+        const int e = errno;
+        ::close(fd);
+        return -e;
+    }
     w.trace.f = std::fopen((base + ".trace.json").c_str(), "w");
     if (w.trace.f == nullptr) {
         const int e = errno;
@@ -563,7 +576,15 @@ int open_files(Writer &w)
 
 void write_stats(Writer &w)
 {
-    const RecorderCounters c = Recorder::instance().counters();
+    // This session's share: the recorder's counters are process-wide and survive sessions.
+    RecorderCounters c = Recorder::instance().counters();
+    const RecorderCounters &s0 = w.at_start;
+    c.events -= s0.events;
+    c.dropped_pool -= s0.dropped_pool;
+    c.dropped_ring -= s0.dropped_ring;
+    c.dropped_threads -= s0.dropped_threads;
+    c.leaked -= s0.leaked;
+    c.foreign_handles -= s0.foreign_handles;
     const int n = std::snprintf(
         w.line, sizeof(w.line),
         "{\"type\":\"stats\",\"events\":%llu,\"dropped_pool\":%llu,\"dropped_ring\":%llu,\"dropped_threads\":%llu,"
@@ -592,6 +613,7 @@ int start_writer(const WriterConfig &cfg)
     w.pending.clear();
     w.orphans = 0;
     for (CtxState &c : w.ctxs) c = CtxState{};
+    w.at_start = Recorder::instance().counters();
     if (int e = w.metrics.open(); e != 0)
         VLOG_WARN("profiler counters segment: %s; vigil export will not show collectives", std::strerror(-e));
     const int rc = open_files(w);
