@@ -1,23 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
-// vigil-profbench: cost of the profiler's hot path, measured through the exported
-// ncclProfiler_v6 table exactly as NCCL calls it (Google Benchmark; not a test).
+// vigil-profbench: cost of the profiler's hot path, measured through the ncclProfiler_v6
+// table exactly as NCCL calls it (Google Benchmark; not a test). The table and the core are
+// linked in (the same objects as libnccl-profiler-vigil.so), so the benchmark can drain the
+// rings synchronously every kBatch events with the timer paused: no event ever takes the
+// cheaper drop path.
 //
-//   vigil-profbench PATH/libnccl-profiler-vigil.so [--benchmark_repetitions=5 ...]
+//   vigil-profbench [--benchmark_repetitions=5 ...]
 //
-// Every event type is recorded (VIGIL_PROFILE_EVENTS=all) and the writer thread runs. The
-// rings are drained every kBatch events with the timer paused, so no event is dropped: the
-// "drops" counter must read 0, or the figures would include the cheaper drop path.
+// Every event type is recorded (VIGIL_PROFILE_EVENTS=all) and the writer thread runs; with
+// VIGIL_PROFILE_DIR set it also writes the files, and the summary's stats record shows the
+// drop counters (which must be 0).
 #include <benchmark/benchmark.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <thread>
 
 #include "nccl_abi/profiler_net_vigil.h"
 #include "nccl_abi/profiler_v6.h"
+#include "profiler.h"
+
+extern "C" ncclProfiler_v6_t ncclProfiler_v6; // profiler_plugin/abi_profiler.cc
 
 namespace {
 
@@ -26,11 +29,10 @@ constexpr int kBatch = 4096; // below the default ring of 16384 records per thre
 ncclProfiler_v6_t *g_prof = nullptr;
 void *g_ctx = nullptr;
 
-// The writer's flush is not exported; draining is done by letting the writer run.
 void drain_pause(benchmark::State &state)
 {
     state.PauseTiming();
-    std::this_thread::sleep_for(std::chrono::milliseconds(12)); // > 2 writer periods
+    vigil::prof::flush(); // the writer takes everything now
     state.ResumeTiming();
 }
 
@@ -184,20 +186,7 @@ BENCHMARK(BM_StopForeign);
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argv[1][0] == '-') {
-        std::fprintf(stderr, "usage: vigil-profbench PATH/libnccl-profiler-vigil.so [benchmark options]\n");
-        return 2;
-    }
-    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-        std::fprintf(stderr, "vigil-profbench: %s\n", dlerror());
-        return 1;
-    }
-    g_prof = static_cast<ncclProfiler_v6_t *>(dlsym(lib, "ncclProfiler_v6"));
-    if (g_prof == nullptr) {
-        std::fprintf(stderr, "vigil-profbench: no ncclProfiler_v6 in %s\n", argv[1]);
-        return 1;
-    }
+    g_prof = &ncclProfiler_v6;
     setenv("VIGIL_PROFILE_EVENTS", "all", 0);
     int mask = 0;
     if (g_prof->init(&g_ctx, 0x7e57ull, &mask, "profbench", 1, 2, 0, nullptr) != ncclSuccess || g_ctx == nullptr) {
@@ -206,9 +195,6 @@ int main(int argc, char **argv)
     }
     std::printf("# profiler %s, mask 0x%x, VIGIL_PROFILE_DIR=%s\n", g_prof->name, mask,
                 std::getenv("VIGIL_PROFILE_DIR") ? std::getenv("VIGIL_PROFILE_DIR") : "(none)");
-    argv[1] = argv[0];
-    --argc;
-    ++argv;
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
