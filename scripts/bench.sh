@@ -5,7 +5,8 @@
 # link, and its small-message latency against sockperf ping-pong, alternating the tools
 # ROUNDS times and reporting medians and ratios. Targets: >= 0.95x iperf3, <= 1.3x sockperf.
 # Needs root for the lab part, which also runs the failover benchmarks
-# (scripts/bench_failover.sh, scripts/bench_failover_tput.sh). Usage: scripts/bench.sh [ROUNDS]
+# (scripts/bench_failover.sh, scripts/bench_failover_tput.sh); then the profiler's cost
+# (scripts/bench_profiler.sh). Usage: scripts/bench.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -100,6 +101,8 @@ if [[ -z ${NETLAB:-} ]]; then
         echo
         scripts/bench_failover_tput.sh
     fi
+    echo
+    scripts/bench_profiler.sh 5
     exit 0
 fi
 bench_site "lab veth" 1 0 eth0 10.77.0.2
