@@ -128,7 +128,6 @@ struct Record {
 };
 static_assert(sizeof(Record) == 104, "the ring and pool sizes are documented in these units");
 
-inline constexpr uint8_t kFlagLeaked = 1;  ///< reclaimed without a stop (NCCL restarted it)
 inline constexpr uint8_t kFlagForeign = 2; ///< PXN: posted by another process
 
 } // namespace vigil::prof

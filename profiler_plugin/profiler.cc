@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -87,8 +88,8 @@ bool parse_events(const std::string &text, Selection *out, std::string *why)
             const size_t comma = s.find(',');
             std::string_view w = s.substr(0, comma);
             s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
-            while (!w.empty() && w.front() == ' ') w.remove_prefix(1);
-            while (!w.empty() && w.back() == ' ') w.remove_suffix(1);
+            while (!w.empty() && std::isspace(static_cast<unsigned char>(w.front()))) w.remove_prefix(1);
+            while (!w.empty() && std::isspace(static_cast<unsigned char>(w.back()))) w.remove_suffix(1);
             if (w.empty()) continue;
             if (w == "all") {
                 mask = kAll;
@@ -125,8 +126,17 @@ bool parse_events(const std::string &text, Selection *out, std::string *why)
 std::string events_text(uint32_t mask)
 {
     std::string s;
+    uint32_t named = 0;
     for (const Name &n : kNames)
-        if ((mask & n.bits) == n.bits) s += (s.empty() ? "" : ",") + std::string(n.word);
+        if ((mask & n.bits) == n.bits) {
+            s += (s.empty() ? "" : ",") + std::string(n.word);
+            named |= n.bits;
+        }
+    if (const uint32_t rest = mask & ~named) { // e.g. one API bit of a numeric mask
+        char b[16];
+        std::snprintf(b, sizeof(b), "0x%x", rest);
+        s += (s.empty() ? "" : ",") + std::string(b);
+    }
     return s.empty() ? "none" : s;
 }
 
