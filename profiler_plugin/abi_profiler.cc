@@ -53,8 +53,9 @@ void fill_net(Record *r, int64_t id, const void *data)
     }
 }
 
-/// Events whose payload is the same in v5 and v6 (the v6 union only appends CE members).
-template <class Descr> void fill_v5(Record *r, const Descr &d)
+/// Task-level events, whose members have the same names in v4, v5 and v6 (the layouts
+/// differ in the header's `type` width; the compiler follows each).
+template <class Descr> void fill_task(Record *r, const Descr &d)
 {
     switch (r->kind) {
     case Kind::kColl:
@@ -93,6 +94,15 @@ template <class Descr> void fill_v5(Record *r, const Descr &d)
     case Kind::kNet:
         fill_net(r, d.netPlugin.id, d.netPlugin.data);
         break;
+    default: // Group, ProxyCtrl: no payload; API events: fill_api
+        break;
+    }
+}
+
+/// The v5/v6 API events (the v6 union only appends CE members).
+template <class Descr> void fill_api(Record *r, const Descr &d)
+{
+    switch (r->kind) {
     case Kind::kGroupApi:
         r->api.depth = d.groupApi.groupDepth;
         r->api.graph_captured = d.groupApi.graphCaptured;
@@ -109,7 +119,7 @@ template <class Descr> void fill_v5(Record *r, const Descr &d)
         r->api.datatype = d.p2pApi.datatype;
         r->api.graph_captured = d.p2pApi.graphCaptured;
         break;
-    default: // Group, ProxyCtrl, KernelLaunch: no payload we keep
+    default: // KernelLaunch: no payload we keep
         break;
     }
 }
@@ -125,7 +135,10 @@ template <class Descr> ncclResult_t start_v5(void *context, void **eHandle, Desc
         const Kind kind = static_cast<Kind>(k);
         Record *r = vigil::prof::open_event(context, kind, d->parentObj, eHandle,
                                             kind == Kind::kProxyOp ? d->proxyOp.pid : 0);
-        if (r != nullptr) fill_v5(r, *d);
+        if (r != nullptr) {
+            fill_task(r, *d);
+            fill_api(r, *d);
+        }
         return ncclSuccess;
     });
 }
@@ -142,47 +155,9 @@ ncclResult_t start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t
         Record *r = vigil::prof::open_event(context, kind, d->parentObj, eHandle,
                                             kind == Kind::kProxyOp ? d->proxyOp.pid : 0);
         if (r == nullptr) return ncclSuccess;
-        switch (kind) {
-        case Kind::kColl:
-            r->coll.seq = d->coll.seqNumber;
-            r->coll.count = d->coll.count;
-            r->coll.func = d->coll.func;
-            r->coll.datatype = d->coll.datatype;
-            r->coll.algo = d->coll.algo;
-            r->coll.proto = d->coll.proto;
-            r->coll.root_rank = d->coll.root;
-            r->coll.channels = d->coll.nChannels;
-            r->coll.warps = d->coll.nWarps;
-            break;
-        case Kind::kP2p:
-            r->p2p.count = d->p2p.count;
-            r->p2p.func = d->p2p.func;
-            r->p2p.datatype = d->p2p.datatype;
-            r->p2p.peer = d->p2p.peer;
-            // The 2.28+ v4 shim never copies nChannels (reference section 3.6): untrusted.
-            r->p2p.channels = 0;
-            break;
-        case Kind::kProxyOp:
-            r->op.pid = d->proxyOp.pid;
-            r->op.peer = d->proxyOp.peer;
-            r->op.steps = d->proxyOp.nSteps;
-            r->op.chunk = d->proxyOp.chunkSize;
-            r->op.channel = d->proxyOp.channelId;
-            r->op.is_send = d->proxyOp.isSend != 0;
-            break;
-        case Kind::kProxyStep:
-            r->step.step = d->proxyStep.step;
-            break;
-        case Kind::kKernelCh:
-            r->kch.channel = d->kernelCh.channelId;
-            r->kch.gpu_start_ns = d->kernelCh.pTimer;
-            break;
-        case Kind::kNet:
-            fill_net(r, d->netPlugin.id, d->netPlugin.data);
-            break;
-        default:
-            break;
-        }
+        fill_task(r, *d);
+        // The 2.28+ v4 shim never copies p2p.nChannels (reference section 3.6): untrusted.
+        if (kind == Kind::kP2p) r->p2p.channels = 0;
         return ncclSuccess;
     });
 }

@@ -647,26 +647,32 @@ void writer_add_context(const Context &c)
     trace_event(w, b, n);
 }
 
+namespace {
+/// Drains, completes the collectives of context `only` (-1: none), flushes the files.
+void flush_locked(Writer &w, int only)
+{
+    drain_locked(w);
+    if (only >= 0) {
+        complete(w, now_ns(), true, only);
+        w.metrics.finalize_comm(w.comm_entry[only]);
+    }
+    if (w.summary.f) std::fflush(w.summary.f);
+    if (w.trace.f) std::fflush(w.trace.f);
+}
+} // namespace
+
 void writer_finalize_context(const Context &c)
 {
     Writer &w = W();
     std::lock_guard<std::mutex> g(w.mu);
-    if (!w.running) return;
-    drain_locked(w);
-    complete(w, now_ns(), true, c.index);
-    w.metrics.finalize_comm(w.comm_entry[c.index]);
-    if (w.summary.f) std::fflush(w.summary.f);
-    if (w.trace.f) std::fflush(w.trace.f);
+    if (w.running) flush_locked(w, c.index);
 }
 
 void flush_writer() noexcept
 {
     Writer &w = W();
     std::lock_guard<std::mutex> g(w.mu);
-    if (!w.running) return;
-    drain_locked(w);
-    if (w.summary.f) std::fflush(w.summary.f);
-    if (w.trace.f) std::fflush(w.trace.f);
+    if (w.running) flush_locked(w, -1);
 }
 
 void stop_writer() noexcept

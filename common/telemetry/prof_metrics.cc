@@ -2,9 +2,7 @@
 // Profiler counters segment (see prof_metrics.h).
 #include "prof_metrics.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -107,20 +105,7 @@ ProfView::~ProfView()
 
 int ProfView::open(const std::string &file, std::string *why)
 {
-    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return *why = std::strerror(errno), -errno;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(ProfHeader)) {
-        ::close(fd);
-        return *why = "too small for a profiler header", -EBADMSG;
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    base_ = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (base_ == MAP_FAILED) {
-        base_ = nullptr;
-        return *why = std::strerror(errno), -errno;
-    }
+    if (int rc = map_segment_readonly(file, sizeof(ProfHeader), &base_, &size_, why); rc != 0) return rc;
     hdr_ = static_cast<const ProfHeader *>(base_);
     if (std::memcmp(hdr_->magic, kProfMagic, sizeof(kProfMagic)) != 0) return *why = "bad magic", -EBADMSG;
     if (hdr_->version != kProfVersion) return *why = "unsupported version", -EBADMSG;

@@ -276,22 +276,27 @@ RegistryView::~RegistryView()
     if (base_ != nullptr) munmap(base_, size_);
 }
 
-int RegistryView::open(const std::string &file, std::string *why)
+int map_segment_readonly(const std::string &file, size_t min_size, void **base, size_t *size, std::string *why)
 {
     int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return *why = strerror(errno), -errno;
     struct stat st;
-    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(RegistryHeader)) {
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < min_size) {
         ::close(fd);
-        return *why = "too small for a registry header", -EBADMSG;
+        return *why = "too small for its header", -EBADMSG;
     }
-    size_ = static_cast<size_t>(st.st_size);
-    base_ = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    void *p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    const int e = errno;
     ::close(fd);
-    if (base_ == MAP_FAILED) {
-        base_ = nullptr;
-        return *why = strerror(errno), -errno;
-    }
+    if (p == MAP_FAILED) return *why = strerror(e), -e;
+    *base = p;
+    *size = static_cast<size_t>(st.st_size);
+    return 0;
+}
+
+int RegistryView::open(const std::string &file, std::string *why)
+{
+    if (int rc = map_segment_readonly(file, sizeof(RegistryHeader), &base_, &size_, why); rc != 0) return rc;
     hdr_ = static_cast<const RegistryHeader *>(base_);
     auto fail = [&](const char *what) {
         *why = what;

@@ -187,6 +187,9 @@ struct Segment {
 /// Reaps stale segments of `stem`, then creates this process's new one of `size` bytes
 /// (zero-filled). Returns 0 or -errno.
 int create_segment(const char *stem, size_t size, Segment *out);
+/// Maps `file` read-only (shared) into *base / *size when it holds at least `min_size`
+/// bytes. Returns 0, or -errno with a reason in *why. The caller munmaps.
+int map_segment_readonly(const std::string &file, size_t min_size, void **base, size_t *size, std::string *why);
 /// True when pid `pid` exists.
 bool pid_alive(int pid);
 

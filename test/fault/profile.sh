@@ -12,6 +12,8 @@
 #   late-rank   rank 1 arrives 20 ms late at every all-reduce: the report names rank 1
 #   files       the trace parses, holds every kind of event the chain makes, and the summary
 #               has one record per iteration per rank with the nccl-tests bus bandwidth
+#   metrics     `vigil export` during the job serves the profiler's collective counters
+#               (vigil_coll_*) next to the paths', in a strictly valid exposition
 source "$(dirname "$0")/../functional/lib.sh"
 need_root_lab
 if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 4 -P 2 -- "$0" "$@"; fi
@@ -82,6 +84,26 @@ for f in traces:
     assert {"X", "b", "e", "M"} <= phs, phs
 print("profiler files ok:", len(sums), "summaries,", len(traces), "traces")
 PY
+    ;;
+metrics)
+    port=$((19000 + RANDOM % 1000))
+    "$VIGIL" export --listen "127.0.0.1:$port" 2>/dev/null & exp=$!
+    mkdir -p "$TMP/prof"
+    VIGIL_PROFILE_DIR=$TMP/prof run_ranks 2 --workload allreduce --bytes 1M --iters 400 --profile net \
+        >"$TMP/run.out" & job=$!
+    # Scrape while the job runs: a segment is reaped once its process is gone.
+    for _ in $(seq 100); do
+        [[ -n $(ls "$TMP"/prof/vigil-prof-*.jsonl 2>/dev/null) ]] && grep -qs '"type":"coll"' "$TMP"/prof/*.jsonl && break
+        sleep 0.1
+    done
+    python3 "$HERE/../fault/prom_check.py" "$port" +vigil_coll_total +vigil_coll_bytes_total \
+        +vigil_coll_seconds_total vigil_coll_busbw_bytes +vigil_profiler_events_total \
+        vigil_profiler_events_dropped_total +vigil_path_bytes_total || { kill "$exp"; fail "bad exposition"; }
+    curl_out=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode())' "$port")
+    kill "$exp" 2>/dev/null || true
+    wait "$job" || fail "the job failed"
+    expect_ok "$(cat "$TMP/run.out")"
+    grep -E '^vigil_coll_total\{.*coll="allreduce"' <<<"$curl_out" || fail "no allreduce counter"
     ;;
 *) fail "unknown case $1" ;;
 esac

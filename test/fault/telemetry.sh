@@ -72,32 +72,8 @@ readers)
     start --workload allreduce --bytes 16M --iters 30
     "$VIGIL" dump --follow 4 >"$TMP/follow.jsonl" & dmp=$!
     sleep 0.8; "$NETLAB_SH" fail 0 0; sleep 0.5; "$NETLAB_SH" restore 0 0
-    python3 - "$port" <<'PY' || fail "bad exposition"
-import re, sys, urllib.request
-text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
-name = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-label = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
-sample = re.compile(rf"^({name})(\{{{label}(,{label})*\}})? (-?[0-9.eE+-]+|NaN|[+-]Inf)$")
-types, seen = {}, set()
-for line in text.splitlines():
-    if line.startswith("# HELP "):
-        assert re.match(rf"^# HELP {name} .+$", line), line
-    elif line.startswith("# TYPE "):
-        m = re.match(rf"^# TYPE ({name}) (counter|gauge|histogram|summary|untyped)$", line)
-        assert m and m.group(1) not in types, line
-        types[m.group(1)] = m.group(2)
-    else:
-        m = sample.match(line)
-        assert m, f"bad sample line: {line!r}"
-        assert m.group(1) in types, f"sample before its TYPE: {line!r}"
-        seen.add(m.group(1))
-        float(m.group(4))
-for fam in ("vigil_path_bytes_total", "vigil_path_state", "vigil_path_degraded", "vigil_path_failovers_total"):
-    assert fam in seen, f"{fam} missing"
-total = sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("vigil_path_bytes_total{"))
-assert total > 0, "no bytes counted"
-print(f"exposition ok: {len(types)} families, {len(text.splitlines())} lines")
-PY
+    python3 "$HERE/../fault/prom_check.py" "$port" +vigil_path_bytes_total vigil_path_state vigil_path_degraded \
+        vigil_path_failovers_total || fail "bad exposition"
     rc=0; for r in 0 1; do wait "${PIDS[r]}" || rc=1; done
     wait "$dmp"; kill "$exp" 2>/dev/null || true
     ((rc == 0)) || { cat "$OUT".rank* >&2; fail "the job failed with readers attached"; }
