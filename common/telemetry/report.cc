@@ -33,8 +33,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 // What "stands out" means. A rank is named when it arrives late by more than the jitter of
-// the others and either is the last one in a clear majority of the collectives or is late by
-// much more, on average, than any other rank. A NIC or path is named when its busy-time
+// the others and by a real share of the collectives' duration, and either is the last one in
+// a clear majority of the collectives or is late by much more, on average, than any other
+// rank. A NIC or path is named when its busy-time
 // bandwidth is clearly below the median of the others.
 constexpr size_t kMinAligned = 3;      // collectives seen on >= 2 ranks before judging a comm
 constexpr double kMinLateUs = 5.0;     // mean lateness below this is never worth naming
@@ -43,6 +44,9 @@ constexpr double kMajority = 0.5;      // last in at least this fraction of the 
 constexpr double kOverChance = 1.5;    // and in at least this many times 1/nranks (2 ranks: 75%)
 constexpr double kDominance = 3.0;     // or mean lateness >= this many times any other rank's
 constexpr double kTogetherFrac = 0.25; // median skew <= this share of the work: "together"
+constexpr double kMinLateShare = 0.05; // mean lateness below this share of the work is a
+                                       // consequence (e.g. a slow link finishing one rank's
+                                       // previous collective later), not a straggler
 constexpr double kSlowRatio = 0.7;     // busy bandwidth below this share of the others' median
 constexpr double kMinPathBytes = 1 << 20; // a path is "loaded" with at least 1 MiB ...
 constexpr double kMinPathShare = 0.01;    // ... and 1% of the busiest path's bytes
@@ -613,7 +617,7 @@ CommVerdict judge_comm(const std::string &comm, const std::vector<const Coll *> 
     v.last = cand.last;
     v.frac = static_cast<double>(cand.last) / static_cast<double>(cand.aligned);
     v.majority = std::max(kMajority, kOverChance / static_cast<double>(ranks_aligned));
-    const bool late_enough = v.mean_late >= std::max(kMinLateUs, kNoiseFactor * v.noise);
+    const bool late_enough = v.mean_late >= std::max({kMinLateUs, kNoiseFactor * v.noise, kMinLateShare * v.median_work});
     const bool consistent = v.frac >= v.majority || v.mean_late >= kDominance * v.next_late;
     v.stands_out = late_enough && consistent;
     if (v.stands_out) v.diagnosis = "late_rank";
@@ -1329,6 +1333,7 @@ json report_json(const std::vector<Input> &inputs, const Data &d, const CollResu
         rep["events"].push_back({{"source", e.source}, {"host", e.host}, {"event", e.event}, {"text", e.text}});
     rep["thresholds"] = {{"min_aligned", kMinAligned},  {"min_late_us", kMinLateUs},
                          {"noise_factor", kNoiseFactor}, {"majority", kMajority},
+                         {"min_late_share_of_work", kMinLateShare},
                          {"over_chance", kOverChance},   {"dominance", kDominance},
                          {"together_frac", kTogetherFrac}, {"slow_ratio", kSlowRatio},
                          {"min_path_bytes", kMinPathBytes}, {"min_path_share", kMinPathShare}};
