@@ -24,7 +24,6 @@ namespace vigil::prof {
 namespace {
 
 Context g_contexts[kMaxContexts];
-std::atomic<uint16_t> g_next_context{1}; // 0 means "unknown"
 
 std::mutex g_init_mu;   // init/finalize only
 int g_refs = 0;         // live contexts
@@ -32,6 +31,32 @@ bool g_broken = false;  // bad parameters: every context is NULL
 std::atomic<uint32_t> g_recorded{0};
 int64_t g_mono_to_real = 0;
 pid_t g_pid = 0;
+WriterConfig g_writer_cfg; // from the parameters, read when no communicator is live
+pid_t g_writer_pid = 0; // the process whose writer thread runs (a forked child has none)
+
+/// A free context slot (never used, or finalized: NCCL sends nothing for a finalized
+/// communicator, and its records were drained at finalize), or 0. Under g_init_mu.
+uint16_t free_context()
+{
+    for (uint16_t i = 1; i < kMaxContexts; ++i)
+        if (g_contexts[i].magic == 0 || !g_contexts[i].live.load(std::memory_order_relaxed)) return i;
+    return 0;
+}
+
+/// At exit with communicators still alive (most jobs never destroy theirs), the writer is
+/// stopped so the files end complete; at unload (every communicator finalized) the pools and
+/// the counters segment are given back. Static objects of this library are destroyed at
+/// both, after the thread_local pool claims of the exiting thread.
+struct Lifetime {
+    ~Lifetime()
+    {
+        std::unique_lock<std::mutex> g(g_init_mu, std::try_to_lock); // another thread may be
+        if (!g.owns_lock()) return;                                  // stuck in init at exit
+        if (g_writer_pid == getpid()) stop_writer();
+        g_writer_pid = 0;
+        if (g_refs == 0 && Recorder::instance().release()) release_writer();
+    }
+} g_lifetime;
 
 struct Name {
     std::string_view word;
@@ -184,16 +209,12 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
         if (g_mono_to_real == 0) g_mono_to_real = calibrate();
         g_pid = getpid();
         if (ok) {
-            WriterConfig wc;
+            WriterConfig &wc = g_writer_cfg;
             wc.dir = load.values.profile_dir;
             wc.max_bytes = static_cast<uint64_t>(load.values.profile_max_bytes);
             wc.traced = sel.traced;
             wc.recorded = sel.recorded;
             wc.abi = abi;
-            if (int e = start_writer(wc); e != 0) {
-                VLOG_WARN("VIGIL_PROFILE_DIR %s: %s; profiling continues without files", wc.dir.c_str(),
-                          std::strerror(-e));
-            }
             g_recorded.store(sel.recorded, std::memory_order_release);
             VLOG_INFO(NCCL_INIT | NCCL_PROFILE, "profiler v%d: recording %s (mask 0x%x), files %s", abi,
                       events_text(sel.traced).c_str(), sel.recorded,
@@ -207,9 +228,9 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
     // every init writes the same value, so the last writer cannot disagree.
     *mask = static_cast<int>(g_recorded.load(std::memory_order_relaxed));
     if (g_broken) return ncclSuccess;
-    const uint16_t i = g_next_context.fetch_add(1, std::memory_order_relaxed);
-    if (i >= kMaxContexts) {
-        VLOG_WARN("more than %u communicators; events of comm 0x%llx are not recorded", kMaxContexts - 1u,
+    const uint16_t i = free_context();
+    if (i == 0) {
+        VLOG_WARN("more than %u live communicators; events of comm 0x%llx are not recorded", kMaxContexts - 1u,
                   static_cast<unsigned long long>(comm_hash));
         return ncclSuccess;
     }
@@ -223,9 +244,15 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
     c.abi = abi;
     c.init_ns = now_ns();
     c.magic = kContextMagic;
-    c.live.store(true, std::memory_order_release);
-    ++g_refs;
+    if (g_refs == 0) { // the writer runs exactly while a context is live
+        if (int e = start_writer(g_writer_cfg); e != 0)
+            VLOG_WARN("VIGIL_PROFILE_DIR %s: %s; profiling continues without files", g_writer_cfg.dir.c_str(),
+                      std::strerror(-e));
+        g_writer_pid = getpid();
+    }
     writer_add_context(c);
+    ++g_refs;
+    c.live.store(true, std::memory_order_release);
     *context = &c;
     return ncclSuccess;
 }
@@ -235,9 +262,12 @@ ncclResult_t finalize(void *context)
     std::lock_guard<std::mutex> g(g_init_mu);
     Context *c = context_of(context);
     if (c == nullptr) return ncclSuccess;
-    c->live.store(false, std::memory_order_release);
     writer_finalize_context(*c);
-    if (--g_refs == 0) stop_writer();
+    c->live.store(false, std::memory_order_release); // its slot may be reused from now on
+    if (--g_refs == 0) {
+        stop_writer();
+        g_writer_pid = 0;
+    }
     return ncclSuccess;
 }
 
@@ -247,33 +277,41 @@ Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int o
 {
     *eHandle = nullptr; // always written: NCCL keeps whatever is there (reference section 3.7)
     if (!(g_recorded.load(std::memory_order_relaxed) & bit(kind))) return nullptr;
+    const uint64_t ph = reinterpret_cast<uint64_t>(parent);
+    // PXN: an op posted by another process; its context and parent are that process's
+    // pointers and are never touched (reference section 3.7).
     const bool foreign = kind == Kind::kProxyOp && op_pid != 0 && op_pid != g_pid;
+    // A step's ProxyOp and a net event's step were opened by this same proxy thread: the
+    // only parents whose records may be read (another thread's slot can be reused under the
+    // reader). Their context wins over the one NCCL passes, which under PXN is foreign too.
+    const Record *own = kind == Kind::kProxyStep || kind == Kind::kNet ? Recorder::instance().peek_own(ph) : nullptr;
     Context *ctx = nullptr;
-    if (!foreign) {
+    if (!foreign && own == nullptr) {
         ctx = context_of(context);
         if (ctx == nullptr && kind != Kind::kProxyStep && kind != Kind::kNet) return nullptr;
     }
     uint64_t h;
     Record *r = Recorder::instance().open(kind, now_ns(), &h);
     if (r == nullptr) return nullptr;
-    r->ctx = ctx ? ctx->index : 0;
+    r->ctx = own ? own->ctx : ctx ? ctx->index : 0;
     if (foreign) {
         r->flags = kFlagForeign;
-    } else if (const Record *p = Recorder::instance().peek(reinterpret_cast<uint64_t>(parent))) {
-        r->parent = p->id;
-        r->root = p->root ? p->root : (p->kind == Kind::kColl || p->kind == Kind::kP2p ? p->id : 0);
-        if (p->flags & kFlagForeign) r->flags |= kFlagForeign;
-        if (r->ctx == 0) r->ctx = p->ctx; // steps and net events of a PXN op stay "unknown"
-        if (kind == Kind::kProxyStep && p->kind == Kind::kProxyOp) {
-            r->step.channel = p->op.channel;
-            r->step.is_send = p->op.is_send;
+    } else if (own != nullptr) {
+        r->parent = own->id;
+        r->root = own->root;
+        r->flags |= own->flags & kFlagForeign;
+        if (kind == Kind::kProxyStep && own->kind == Kind::kProxyOp) {
+            r->step.channel = own->op.channel;
+            r->step.is_send = own->op.is_send;
         }
-    } else if ((kind == Kind::kProxyOp || kind == Kind::kKernelCh) && Recorder::is_ours(reinterpret_cast<uint64_t>(parent))) {
-        // Stopped already: a Coll/P2p stops once enqueued, before its proxy ops and kernel
-        // channels start (reference section 3.7). Its handle still names it for the writer.
-        r->parent = r->root = reinterpret_cast<uint64_t>(parent);
+    } else if (Recorder::is_ours(ph)) {
+        // Another thread's event, never read: kept as a name. For a ProxyOp or KernelCh it is
+        // the Coll/P2p, usually stopped already (it stops once enqueued, before its proxy ops
+        // and kernel channels start; reference section 3.7): the writer ties them by it.
+        r->parent = ph;
+        if (kind == Kind::kProxyOp || kind == Kind::kKernelCh) r->root = ph;
     }
-    if (kind == Kind::kProxyStep && r->parent == 0) r->step.channel = 255;
+    if (kind == Kind::kProxyStep && own == nullptr) r->step.channel = 255;
     *eHandle = reinterpret_cast<void *>(h);
     return r;
 }

@@ -66,8 +66,8 @@ thread_local ThreadPoolRef t_pool;
 
 Recorder &Recorder::instance()
 {
-    static Recorder r;
-    return r;
+    static Recorder *r = new Recorder; // never destroyed: threads may record during exit
+    return *r;
 }
 
 int Recorder::configure(const RecorderConfig &cfg)
@@ -98,6 +98,7 @@ int Recorder::configure(const RecorderConfig &cfg)
         data += ring_bytes;
     }
     cfg_ = c;
+    bytes_ = bytes;
     pools_.store(pools, std::memory_order_release);
     return 0;
 }
@@ -134,17 +135,31 @@ Record *Recorder::open(Kind kind, uint64_t now, uint64_t *handle) noexcept
         dropped_threads_.fetch_add(1, std::memory_order_relaxed);
         return nullptr;
     }
-    for (uint32_t n = 0; n <= p->slot_mask; ++n) {
-        const uint32_t i = p->cursor;
+    // A free slot first (the next one, nearly always). Only when every slot is open is a stale
+    // proxy step reclaimed: NCCL restarts a step without stopping the first start (reference
+    // section 3.7), and only steps leak that way; any other event may legitimately stay open
+    // for as long as a rank is late.
+    uint32_t i = 0, g = 0;
+    bool found = false;
+    for (uint32_t n = 0; n <= p->slot_mask && !found; ++n) {
+        i = p->cursor;
         p->cursor = (p->cursor + 1) & p->slot_mask;
+        g = p->slots[i].gen.load(std::memory_order_acquire);
+        found = !(g & 1);
+    }
+    for (uint32_t n = 0; n <= p->slot_mask && !found; ++n) {
+        i = (p->cursor + n) & p->slot_mask;
         Slot &s = p->slots[i];
-        uint32_t g = s.gen.load(std::memory_order_acquire);
-        if (g & 1) {
-            // Open. Reclaim it only when it has been open longer than any real event.
-            if (now - s.rec.start_ns < cfg_.stale_ns || !s.gen.compare_exchange_strong(g, g + 1)) continue;
+        g = s.gen.load(std::memory_order_acquire);
+        if (s.rec.kind == Kind::kProxyStep && now - s.rec.start_ns >= cfg_.stale_ns &&
+            s.gen.compare_exchange_strong(g, g + 1)) {
             p->leaked.fetch_add(1, std::memory_order_relaxed);
             ++g;
+            found = true;
         }
+    }
+    if (found) {
+        Slot &s = p->slots[i];
         s.gen.store(g + 1, std::memory_order_relaxed);
         Record &r = s.rec;
         std::memset(static_cast<void *>(&r), 0, sizeof(r));
@@ -156,6 +171,7 @@ Record *Recorder::open(Kind kind, uint64_t now, uint64_t *handle) noexcept
         *handle = r.id;
         return &r;
     }
+    // Exhausted: every open costs a scan of the pool until a slot frees up.
     p->dropped_pool.store(p->dropped_pool.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return nullptr;
 }
@@ -171,6 +187,16 @@ Record *Recorder::peek(uint64_t handle) const noexcept
     const uint32_t g = s.gen.load(std::memory_order_acquire);
     if (!(g & 1) || (g & kGenMask) != (handle & kGenMask)) return nullptr;
     return &s.rec;
+}
+
+Record *Recorder::peek_own(uint64_t handle) const noexcept
+{
+    // Only the calling thread writes its own pool's slots, so reading one of them races with
+    // nothing; another thread's slot may be reused under the reader at any time.
+    const Pool *mine = t_pool.pool;
+    if (mine == nullptr || !is_ours(handle)) return nullptr;
+    const uint32_t pi = static_cast<uint32_t>(handle >> (kSlotBits + kGenBits)) & (kMaxPools - 1);
+    return pi == mine->index ? peek(handle) : nullptr;
 }
 
 Record *Recorder::find(uint64_t handle) noexcept
@@ -218,6 +244,17 @@ size_t Recorder::drain_all(void (*fn)(void *, const Record &), void *arg)
     for (uint32_t i = 0; i < cfg_.threads; ++i)
         if (Pool *p = pool_at(i)) n += drain_pool(*p, fn, arg);
     return n;
+}
+
+bool Recorder::release() noexcept
+{
+    Pool *pools = pools_.load(std::memory_order_acquire);
+    if (pools == nullptr) return true;
+    for (uint32_t i = 0; i < cfg_.threads; ++i)
+        if (pools[i].owned.load(std::memory_order_acquire)) return false;
+    pools_.store(nullptr, std::memory_order_release);
+    munmap(pools, bytes_);
+    return true;
 }
 
 RecorderCounters Recorder::counters() const noexcept

@@ -14,9 +14,9 @@
 //     writer thread.
 // Nothing on the hot path allocates, locks or makes a system call (the clock is the vDSO).
 // Exhaustion is counted, never silent: `dropped_pool` (no free slot), `dropped_ring` (the
-// writer fell behind), `dropped_threads` (more threads than pools), `leaked` (an open event
-// older than the stale age was reclaimed: NCCL restarts proxy steps without stopping them,
-// shared reference nccl-plugin-abi.md section 3.7).
+// writer fell behind), `dropped_threads` (more threads than pools), `leaked` (with every slot
+// open, a proxy step older than the stale age was reclaimed: NCCL restarts proxy steps
+// without stopping them, shared reference nccl-plugin-abi.md section 3.7).
 //
 // Memory: threads x (pool x 112 + ring x 104) bytes, reserved with mmap(MAP_NORESERVE) and
 // resident only once touched. Defaults 64 x (4096 x 112 + 16384 x 104) = 132 MiB virtual;
@@ -73,8 +73,18 @@ public:
     /// The open event `handle` refers to, or nullptr (0, not ours, or already stopped; the
     /// latter two are counted as foreign). Hot path.
     Record *find(uint64_t handle) noexcept;
-    /// Like find() without counting a miss (for parent lookups, where a miss is expected).
+    /// Like find() without counting a miss.
     Record *peek(uint64_t handle) const noexcept;
+    /// peek() limited to events the calling thread opened (its own pool): the only records a
+    /// thread may read without racing their reuse (for parent lookups on the proxy thread,
+    /// where a step's ProxyOp and a net event's step are the caller's own).
+    Record *peek_own(uint64_t handle) const noexcept;
+
+    /// Unmaps the pools when no thread owns one, for a library about to be unloaded with
+    /// every communicator finalized (glibc unloads it only once no thread holds a pool's
+    /// thread_local). Returns false, keeping them, when a pool is still owned. The caller
+    /// guarantees no event is recorded any more.
+    bool release() noexcept;
 
     /// Stops the open event `r` (from find()): stamps `stop_ns`, hands the record to the
     /// writer through the calling thread's ring, frees the slot. Hot path.
@@ -97,6 +107,7 @@ private:
     size_t drain_all(void (*fn)(void *, const Record &), void *arg);
 
     std::atomic<Pool *> pools_{nullptr};
+    size_t bytes_ = 0;
     RecorderConfig cfg_{};
     std::atomic<uint64_t> dropped_threads_{0};
     std::atomic<uint64_t> foreign_{0};

@@ -90,20 +90,41 @@ struct Us {
     }
 };
 
+/// A JSON string body: quotes, backslashes and controls escaped; valid UTF-8 kept; any
+/// other byte (an invalid or truncated sequence, e.g. a name cut at its buffer's end)
+/// becomes U+FFFD, so the files stay valid UTF-8 whatever NCCL's caller named things.
 std::string escape(const char *in)
 {
     std::string o;
-    for (const char *p = in; *p; ++p) {
-        const unsigned char c = static_cast<unsigned char>(*p);
+    const auto *p = reinterpret_cast<const unsigned char *>(in);
+    while (*p) {
+        const unsigned char c = *p;
         if (c == '"' || c == '\\') {
             o += '\\';
             o += static_cast<char>(c);
+            ++p;
         } else if (c < 0x20) {
             char b[8];
             std::snprintf(b, sizeof(b), "\\u%04x", c);
             o += b;
-        } else {
+            ++p;
+        } else if (c < 0x80) {
             o += static_cast<char>(c);
+            ++p;
+        } else {
+            // Length from the lead byte (no overlongs, no surrogates, <= U+10FFFF).
+            const int len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+            bool ok = len > 0;
+            for (int k = 1; ok && k < len; ++k) ok = (p[k] & 0xc0) == 0x80;
+            if (ok && len == 3) ok = !(c == 0xe0 && p[1] < 0xa0) && !(c == 0xed && p[1] >= 0xa0);
+            if (ok && len == 4) ok = !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90);
+            if (ok) {
+                o.append(reinterpret_cast<const char *>(p), static_cast<size_t>(len));
+                p += len;
+            } else {
+                o += "\\ufffd";
+                ++p;
+            }
         }
     }
     return o;
@@ -132,8 +153,28 @@ struct Agg {
     uint64_t touched_ns = 0;   // writer time of the last event
 };
 
+/// Host CLOCK_MONOTONIC minus the GPU's globaltimer, estimated as the smallest difference
+/// between a kernel channel's GPU start and the host time its start event was seen (the
+/// host always sees it later). The minimum is taken over the current and the previous
+/// 10 s epoch, so the estimate follows a slow drift between the two clocks.
+struct GpuOffset {
+    int64_t cur = INT64_MAX, prev = INT64_MAX;
+    uint64_t epoch_ns = 0;
+    void add(int64_t off, uint64_t now)
+    {
+        if (now - epoch_ns > 10'000'000'000ull) {
+            prev = cur;
+            cur = INT64_MAX;
+            epoch_ns = now;
+        }
+        cur = std::min(cur, off);
+    }
+    bool known() const { return cur != INT64_MAX || prev != INT64_MAX; }
+    int64_t value() const { return std::min(cur, prev); }
+};
+
 struct CtxState {
-    int64_t gpu_offset = INT64_MAX; // host mono - GPU globaltimer, min over kernel starts
+    GpuOffset gpu;
     uint64_t colls = 0;
 };
 
@@ -152,22 +193,33 @@ struct Writer {
     // Prometheus counters (vigil export); kept across writer restarts, like the contexts.
     telemetry::ProfMetrics metrics;
     RecorderCounters at_start; // the recorder's counters when this session's files opened
+    uint64_t file_dropped_before = 0; // file records dropped by earlier sessions (Prometheus
+                                      // counters must never go down)
+    bool warned = false;              // one WARN for a failed drain
     telemetry::CommEntry *comm_entry[kMaxContexts] = {};
     char line[2048];
 };
 
 Writer &W()
 {
-    static Writer w;
-    return w;
+    // Never destroyed: a joinable std::thread's destructor would std::terminate a process
+    // that exits with communicators alive; the library's Lifetime stops the thread instead.
+    static Writer *w = new Writer;
+    return *w;
 }
 
 void put(Out &o, const char *s, size_t n) { o.put(s, n); }
 
-void trace_event(Writer &w, const char *json, int n)
+/// Appends one event formatted into `json` by snprintf returning `n`; an event that did not
+/// fit its buffer is dropped (and counted), never cut.
+template <size_t N> void trace_event(Writer &w, const char (&json)[N], int n)
 {
-    if (w.trace.f == nullptr || n <= 0) return;
-    const size_t len = std::min<size_t>(static_cast<size_t>(n), sizeof(w.line) - 1);
+    if (w.trace.f == nullptr) return;
+    if (n <= 0 || static_cast<size_t>(n) >= N) {
+        ++w.trace.dropped;
+        return;
+    }
+    const size_t len = static_cast<size_t>(n);
     if (w.trace.bytes + len + 2 > w.trace.max) {
         ++w.trace.dropped;
         return;
@@ -193,9 +245,11 @@ void name_track(Writer &w, int pid, int tid, const char *name)
 
 void summary_line(Writer &w, int n)
 {
-    if (n <= 0) return;
-    const size_t len = std::min<size_t>(static_cast<size_t>(n), sizeof(w.line) - 1);
-    put(w.summary, w.line, len);
+    if (n <= 0 || static_cast<size_t>(n) >= sizeof(w.line)) { // did not fit: dropped, never cut
+        ++w.summary.dropped;
+        return;
+    }
+    put(w.summary, w.line, static_cast<size_t>(n));
 }
 
 // Tracks (tid) of one communicator's trace process.
@@ -222,8 +276,8 @@ void emit_agg(Writer &w, const Agg &a)
     const CtxState &cs = w.ctxs[a.ctx];
     uint64_t end = r.stop_ns;
     const char *timing = "enqueue";
-    if (a.kch_done > 0 && cs.gpu_offset != INT64_MAX) {
-        end = static_cast<uint64_t>(static_cast<int64_t>(a.gpu_stop) + cs.gpu_offset);
+    if (a.kch_done > 0 && cs.gpu.known()) {
+        end = static_cast<uint64_t>(static_cast<int64_t>(a.gpu_stop) + cs.gpu.value());
         timing = "kernel";
     } else if (a.proxy_end_ns) {
         end = a.proxy_end_ns;
@@ -409,7 +463,7 @@ void process(Writer &w, const Record &r, uint64_t now)
         CtxState &cs = w.ctxs[r.ctx];
         if (r.kch.gpu_start_ns) {
             const int64_t off = static_cast<int64_t>(r.start_ns) - static_cast<int64_t>(r.kch.gpu_start_ns);
-            cs.gpu_offset = std::min(cs.gpu_offset, off);
+            cs.gpu.add(off, now);
         }
         if (r.root) {
             Agg &a = agg_of(w, r.root, r.ctx, now);
@@ -417,10 +471,10 @@ void process(Writer &w, const Record &r, uint64_t now)
             a.gpu_stop = std::max(a.gpu_stop, r.kch.gpu_stop_ns ? r.kch.gpu_stop_ns : r.kch.gpu_start_ns);
             ++a.kch_done;
         }
-        if (!traced(w, r.kind) || cs.gpu_offset == INT64_MAX || r.kch.gpu_stop_ns < r.kch.gpu_start_ns) break;
+        if (!traced(w, r.kind) || !cs.gpu.known() || r.kch.gpu_stop_ns < r.kch.gpu_start_ns) break;
         Record placed = r; // on the host clock through the calibrated offset
-        placed.start_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_start_ns) + cs.gpu_offset);
-        placed.stop_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_stop_ns) + cs.gpu_offset);
+        placed.start_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_start_ns) + cs.gpu.value());
+        placed.stop_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_stop_ns) + cs.gpu.value());
         std::snprintf(args, sizeof(args), "\"gpu_start_ns\":%llu,\"gpu_stop_ns\":%llu",
                       static_cast<unsigned long long>(r.kch.gpu_start_ns),
                       static_cast<unsigned long long>(r.kch.gpu_stop_ns));
@@ -509,14 +563,23 @@ void complete(Writer &w, uint64_t now, bool all, int only = -1)
     for (uint64_t id : done_ids) w.pending.erase(id);
 }
 
-void drain_locked(Writer &w)
+/// Drains the rings and completes collectives; `all` completes every pending one (of
+/// context `only`, or of every context when only < 0). Never throws: the writer's maps
+/// allocate, and a bad_alloc here must not terminate NCCL's process (the records it was
+/// processing are lost, and counted as orphans by the next completion pass).
+void drain_locked(Writer &w, bool all = false, int only = -1) noexcept
 {
-    const uint64_t now = now_ns();
-    Recorder::instance().drain([&](const Record &r) { process(w, r, now); });
-    complete(w, now, false);
+    try {
+        const uint64_t now = now_ns();
+        Recorder::instance().drain([&](const Record &r) { process(w, r, now); });
+        complete(w, now, all, only);
+    } catch (const std::exception &e) {
+        if (!w.warned) VLOG_WARN("profiler writer: %s; some events are lost", e.what());
+        w.warned = true;
+    }
     const RecorderCounters c = Recorder::instance().counters();
-    w.metrics.set_totals(c.events, c.dropped_pool + c.dropped_ring + c.dropped_threads + w.trace.dropped +
-                                       w.summary.dropped);
+    w.metrics.set_totals(c.events, c.dropped_pool + c.dropped_ring + c.dropped_threads + w.file_dropped_before +
+                                       w.trace.dropped + w.summary.dropped);
 }
 
 void loop()
@@ -638,6 +701,7 @@ void writer_add_context(const Context &c)
                           "\"nnodes\":%d,\"start_us\":%s}\n",
                           static_cast<unsigned long long>(c.comm_hash), name.c_str(), c.rank, c.nranks, c.nnodes, t.s);
     summary_line(w, n);
+    w.ctxs[c.index] = CtxState{}; // the slot may have served a finalized communicator before
     w.comm_entry[c.index] = w.metrics.add_comm(c.comm_hash, c.name, c.rank, c.nranks);
     char b[256];
     n = std::snprintf(b, sizeof(b),
@@ -651,11 +715,8 @@ namespace {
 /// Drains, completes the collectives of context `only` (-1: none), flushes the files.
 void flush_locked(Writer &w, int only)
 {
-    drain_locked(w);
-    if (only >= 0) {
-        complete(w, now_ns(), true, only);
-        w.metrics.finalize_comm(w.comm_entry[only]);
-    }
+    drain_locked(w, only >= 0, only);
+    if (only >= 0) w.metrics.finalize_comm(w.comm_entry[only]);
     if (w.summary.f) std::fflush(w.summary.f);
     if (w.trace.f) std::fflush(w.trace.f);
 }
@@ -686,9 +747,9 @@ void stop_writer() noexcept
     w.cv.notify_all();
     w.th.join();
     std::lock_guard<std::mutex> g(w.mu);
-    drain_locked(w);
-    complete(w, now_ns(), true);
+    drain_locked(w, true);
     write_stats(w);
+    w.file_dropped_before += w.trace.dropped + w.summary.dropped;
     if (w.trace.f) {
         static const char kTail[] = "\n]}\n";
         std::fwrite(kTail, 1, sizeof(kTail) - 1, w.trace.f);
@@ -697,6 +758,13 @@ void stop_writer() noexcept
     if (w.summary.f) std::fclose(w.summary.f);
     w.trace.f = w.summary.f = nullptr;
     w.running = false;
+}
+
+void release_writer() noexcept
+{
+    Writer &w = W();
+    std::lock_guard<std::mutex> g(w.mu);
+    if (!w.running) w.metrics.close();
 }
 
 } // namespace vigil::prof

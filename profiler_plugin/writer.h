@@ -35,6 +35,9 @@ void flush_writer() noexcept;
 /// Final drain, completes every pending collective, writes the `stats` record, closes the
 /// files and joins the thread (idempotent).
 void stop_writer() noexcept;
+/// Gives back the Prometheus counters segment (library unload, writer stopped). Its
+/// communicators' series disappear from `vigil export`.
+void release_writer() noexcept;
 
 /// Bytes of one element of NCCL datatype `name` ("ncclFloat32" ...); 0 when unknown.
 int datatype_bytes(const char *name) noexcept;

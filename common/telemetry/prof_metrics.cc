@@ -55,8 +55,20 @@ int ProfMetrics::open()
     h->pid = getpid();
     gethostname(h->host, sizeof(h->host) - 1);
     entries_ = reinterpret_cast<CommEntry *>(static_cast<char *>(seg.base) + sizeof(ProfHeader));
-    hdr_ = h; // the fd stays open for the process's life: its flock marks the segment live
+    seg_ = seg;
+    hdr_ = h; // the fd stays open until close(): its flock marks the segment live
     return 0;
+}
+
+void ProfMetrics::close()
+{
+    if (hdr_ == nullptr) return;
+    unlink(seg_.path.c_str());
+    munmap(seg_.base, seg_.size);
+    ::close(seg_.fd);
+    hdr_ = nullptr;
+    entries_ = nullptr;
+    seg_ = Segment{};
 }
 
 CommEntry *ProfMetrics::add_comm(uint64_t comm_hash, const char *name, int rank, int nranks)

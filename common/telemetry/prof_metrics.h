@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "registry.h"
+
 namespace vigil::telemetry {
 
 inline constexpr char kProfMagic[8] = {'V', 'G', 'L', 'P', 'R', 'O', 'F', '1'};
@@ -82,10 +84,13 @@ public:
     /// Counts one finished collective of `e` (`duration_ns` 0: untimed, only counted).
     void count(CommEntry *e, const char *func, uint64_t bytes, uint64_t duration_ns, double busbw_Bps);
     void set_totals(uint64_t events, uint64_t dropped);
+    /// Unmaps and unlinks the segment (idempotent); entries handed out become invalid.
+    void close();
 
 private:
     ProfHeader *hdr_ = nullptr;
     CommEntry *entries_ = nullptr;
+    Segment seg_;
 };
 
 /// A read-only, validated mapping of one process's segment.

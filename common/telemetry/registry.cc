@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <dirent.h>
 #include <fcntl.h>
 #include <mutex>
@@ -86,8 +87,12 @@ int reap_stale_segments(const char *stem)
     for (const std::string &f : list_segments(stem)) {
         int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) continue;
-        // The owner holds LOCK_SH for its lifetime: an exclusive lock means nobody does.
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(f.c_str()) == 0) ++n;
+        // The owner holds LOCK_SH for its lifetime: an exclusive lock means nobody does. A
+        // segment modified less than 2 s ago may be one whose owner has created it and not
+        // locked it yet (create_segment: open, then flock), so it is left for a later pass.
+        struct stat st;
+        const bool young = fstat(fd, &st) != 0 || time(nullptr) - st.st_mtime < 2;
+        if (!young && flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(f.c_str()) == 0) ++n;
         ::close(fd);
     }
     return n;

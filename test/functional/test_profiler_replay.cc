@@ -2448,3 +2448,81 @@ int main(int argc, char *argv[])
     }
     return rc;
 }
+
+// ---- scenario 16: the process exits with a communicator alive ------------------------------
+// Most jobs never destroy their communicators. exit() then runs the library's static
+// destructors while its writer thread is running: the process must exit normally (not
+// std::terminate on a joinable thread) and the files must be complete.
+void body_exit_live(Child &c)
+{
+    load_or_fail(c, plugin_path(), 6);
+    Comm comm{0xe417ull, 1, 2, 1, "exit-live"};
+    if (c.p.init(comm) != ncclSuccess || comm.ctx == nullptr) throw std::runtime_error("init failed");
+    for (uint64_t seq = 0; seq < 5; ++seq) {
+        Descr d{};
+        d.type = ncclProfileColl;
+        d.rank = 1;
+        d.coll.seqNumber = seq;
+        d.coll.func = "AllReduce";
+        d.coll.datatype = "ncclFloat32";
+        d.coll.count = 1024;
+        d.coll.nChannels = 1;
+        d.coll.algo = "RING";
+        d.coll.proto = "SIMPLE";
+        void *h = kPoison;
+        c.p.start_raw(comm.ctx, &h, d);
+        if (h == nullptr || h == kPoison) throw std::runtime_error("no Coll handle");
+        c.p.stop(h);
+    }
+    c.out["errors"] = c.errors;
+    c.out["exited"] = true;
+    std::ofstream f(c.dir + "/driver.json");
+    f << c.out.dump(1) << "\n";
+    f.close();
+    std::exit(0); // no finalize, no dlclose: static destructors and atexit handlers run
+}
+
+TEST_CASE("16. the process exits with a communicator alive", "[profiler-replay]")
+{
+    Outcome o = run_child("exit-live", {}, body_exit_live);
+    REQUIRE_CHILD_OK(o);
+    INFO("scenario dir " << o.dir);
+    CHECK(o.drv["exited"] == true);
+    REQUIRE(o.summaries.size() == 1);
+    CHECK(o.bad_lines.empty());
+    CHECK(o.of("coll").size() == 5); // pending collectives completed at exit
+    CHECK(o.of("stats").size() == 1);
+    CHECK(o.trace_error == "");
+}
+
+// ---- scenario 17: many communicators over the process's life -------------------------------
+// More init/finalize cycles than the context table has slots (1024), then dlclose as NCCL
+// 2.30.7 does: finalized slots are reused and no writer thread outlives the last finalize.
+void body_many_comms(Child &c)
+{
+    load_or_fail(c, plugin_path(), 6);
+    int reused_ok = 0;
+    for (int k = 0; k < 1100; ++k) {
+        Comm comm{0x1000ull + static_cast<uint64_t>(k), 0, 2, 1, nullptr};
+        if (c.p.init(comm) != ncclSuccess) throw std::runtime_error("init failed");
+        reused_ok += comm.ctx != nullptr;
+        if (c.p.finalize(comm.ctx) != ncclSuccess) throw std::runtime_error("finalize failed");
+    }
+    // Two live at once still get distinct contexts.
+    Comm a{0xaull, 0, 2, 1, nullptr}, b{0xbull, 1, 2, 1, nullptr};
+    c.p.init(a);
+    c.p.init(b);
+    c.out["distinct"] = a.ctx != nullptr && b.ctx != nullptr && a.ctx != b.ctx;
+    c.p.finalize(a.ctx);
+    c.p.finalize(b.ctx);
+    c.out["contexts"] = reused_ok;
+    dlclose(c.p.lib);
+}
+
+TEST_CASE("17. more communicators over the process's life than context slots", "[profiler-replay]")
+{
+    Outcome o = run_child("many-comms", {{"VIGIL_PROFILE_DIR", ""}}, body_many_comms);
+    REQUIRE_CHILD_OK(o);
+    CHECK(o.drv["contexts"] == 1100);
+    CHECK(o.drv["distinct"] == true);
+}

@@ -856,21 +856,28 @@ TEST_CASE("context_of accepts only live contexts from init", "[profiler][context
     CHECK(other == nullptr);
     CHECK(vp::finalize(ctx) == ncclSuccess); // a second finalize is harmless
 
-    // A communicator created after the last one was destroyed: a fresh context, the writer
-    // restarted, the same mask.
+    // A communicator created after the last one was destroyed: the finalized context's slot
+    // is reused (contexts are recycled, so a long job that keeps re-creating communicators
+    // never runs out), the writer restarted, the same mask.
     void *ctx2 = nullptr;
     mask = -1;
     REQUIRE(vp::init(&ctx2, 0x77ull, &mask, "unit-comm-2", 1, 2, 0, nullptr, 5) == ncclSuccess);
     fin.c = ctx2;
     REQUIRE(ctx2 != nullptr);
-    CHECK(ctx2 != ctx);
+    CHECK(ctx2 == ctx);
     CHECK(mask == static_cast<int>(kGroupCollP2p));
     vp::Context *c2 = vp::context_of(ctx2);
     REQUIRE(c2 == ctx2);
-    CHECK(c2->index > c->index);
+    CHECK(c2->index == c->index);
     CHECK(c2->comm_hash == 0x77ull);
     CHECK(c2->abi == 5);
-    CHECK(vp::context_of(ctx) == nullptr); // the old one stays dead
+    // While it is live, a second one takes another slot.
+    void *ctx3 = nullptr;
+    REQUIRE(vp::init(&ctx3, 0x78ull, &mask, "unit-comm-3", 1, 2, 1, nullptr, 5) == ncclSuccess);
+    REQUIRE(ctx3 != nullptr);
+    CHECK(ctx3 != ctx2);
+    REQUIRE(vp::finalize(ctx3) == ncclSuccess);
+    CHECK(vp::context_of(ctx3) == nullptr); // finalized: dead until reused
     other = nullptr;
     vp::Record *p2p = vp::open_event(ctx2, Kind::kP2p, nullptr, &other);
     REQUIRE(p2p != nullptr);

@@ -1216,6 +1216,10 @@ TEST_CASE("registry: reap_stale removes segments nobody holds, and only segments
     spit(stale, junk, junk.size());
     spit(held, junk, junk.size());
     spit(other, junk, junk.size());
+    const std::string young = pre + std::to_string(dead_pid()) + "-00000000000000aa";
+    spit(young, junk, junk.size()); // just created, not locked yet by its owner: kept
+    const timespec old[2] = {{time(nullptr) - 60, 0}, {time(nullptr) - 60, 0}};
+    for (const std::string *f : {&stale, &held, &other}) REQUIRE(utimensat(AT_FDCWD, f->c_str(), old, 0) == 0);
     const int hold = open(held.c_str(), O_RDONLY | O_CLOEXEC);
     REQUIRE(hold >= 0);
     REQUIRE(flock(hold, LOCK_SH) == 0); // as a live owner does
@@ -1225,6 +1229,7 @@ TEST_CASE("registry: reap_stale removes segments nobody holds, and only segments
 
     CHECK(vt::reap_stale() >= 1);
     CHECK_FALSE(file_exists(stale));
+    CHECK(file_exists(young));
     CHECK(file_exists(held));
     CHECK(file_exists(other));
     CHECK(file_exists(r.path())); // our own segment: we hold its lock
@@ -1239,6 +1244,7 @@ TEST_CASE("registry: reap_stale removes segments nobody holds, and only segments
     unlink(other.c_str());
     unlink(stale.c_str());
     unlink(held.c_str());
+    unlink(young.c_str());
 }
 
 TEST_CASE("detector: windows the receiving application held back never count", "[telemetry]")
