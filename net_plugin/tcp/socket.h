@@ -4,6 +4,8 @@
 
 #include <string>
 #include <unistd.h>
+#include <sys/socket.h>
+
 #include <utility>
 
 #include "../handle.h"
@@ -33,6 +35,19 @@ public:
         fd_ = fd;
     }
     explicit operator bool() const { return fd_ >= 0; }
+    /// Orderly close of a connected stream socket: FIN first, then whatever the peer sent
+    /// and we never read (late acks, heartbeats) is read and dropped, then close(). Closing
+    /// with unread data makes the kernel send a reset instead, which the peer would report as
+    /// a failed path although this was a normal closeSend/closeRecv. Never blocks.
+    void close_orderly()
+    {
+        if (fd_ < 0) return;
+        ::shutdown(fd_, SHUT_WR);
+        char sink[4096];
+        for (int i = 0; i < 64 && ::recv(fd_, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+        }
+        reset();
+    }
 
 private:
     int fd_ = -1;

@@ -80,6 +80,11 @@ void TcpSendPath::probe()
     pump(streams_[0], &ignored); // errors show on the next progress()
 }
 
+TcpSendPath::~TcpSendPath()
+{
+    for (Stream &s : streams_) s.fd.close_orderly();
+}
+
 void TcpSendPath::sabotage()
 {
     for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
@@ -395,6 +400,11 @@ void TcpRecvPath::set_app_bound(bool bound)
     heartbeat_pending_ = true;
     PathStatus ignored; // errors show on the next progress()
     flush_ack(&ignored);
+}
+
+TcpRecvPath::~TcpRecvPath()
+{
+    for (Stream &s : streams_) s.fd.close_orderly();
 }
 
 void TcpRecvPath::sabotage()

@@ -26,6 +26,9 @@ public:
     /// leaving from NCCL device `local_dev`.
     TcpSendPath(std::vector<UniqueFd> fds, int local_dev, uint32_t gen, size_t chunk_bytes,
                 std::string desc);
+    /// Closes every stream in order (UniqueFd::close_orderly): the peer sees a close, not a
+    /// failure.
+    ~TcpSendPath() override;
 
     void begin(uint64_t first_seq, uint32_t gen) override;
     void post(const OutMessage &m) override;
@@ -87,6 +90,7 @@ class TcpRecvPath final : public RecvPath
 {
 public:
     TcpRecvPath(std::vector<UniqueFd> fds, int local_dev, std::string desc);
+    ~TcpRecvPath() override; ///< as ~TcpSendPath
 
     PathStatus progress(RecvSink &sink) override;
     void ack(uint64_t ack_seq, uint32_t gen) override
