@@ -60,23 +60,52 @@ double bus_factor(const char *func, uint64_t count, int type_bytes, int nranks, 
 namespace {
 
 /// A bounded output file.
+/// A bounded output file with its own buffer, written with write(2). Not stdio: a process
+/// that forks (data-loader workers) would have stdio flush the parent's buffered lines into
+/// the file a second time when the child calls exit().
 struct Out {
-    FILE *f = nullptr;
+    int fd = -1;
+    std::string buf;      // bytes not written yet (written at 64 KiB and at each flush)
     uint64_t bytes = 0;
     uint64_t max = 0;
     uint64_t dropped = 0; // lines (records) that did not fit
     bool first = true;    // trace: no comma before the first event
 
+    bool is_open() const { return fd >= 0; }
     bool put(const char *s, size_t n)
     {
-        if (f == nullptr) return false;
+        if (fd < 0) return false;
         if (bytes + n > max) {
             ++dropped;
             return false;
         }
-        std::fwrite(s, 1, n, f);
+        raw(s, n);
         bytes += n;
         return true;
+    }
+    /// Past the size bound (the stats record and the trace's closing bracket).
+    void raw(const char *s, size_t n)
+    {
+        if (fd < 0) return;
+        buf.append(s, n);
+        if (buf.size() >= (64u << 10)) flush();
+    }
+    void flush()
+    {
+        size_t off = 0;
+        while (fd >= 0 && off < buf.size()) {
+            const ssize_t k = ::write(fd, buf.data() + off, buf.size() - off);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break; // disk full or gone: the rest is lost, the job goes on
+            off += static_cast<size_t>(k);
+        }
+        buf.clear();
+    }
+    void close()
+    {
+        flush();
+        if (fd >= 0) ::close(fd);
+        fd = -1;
     }
 };
 
@@ -214,7 +243,7 @@ void put(Out &o, const char *s, size_t n) { o.put(s, n); }
 /// fit its buffer is dropped (and counted), never cut.
 template <size_t N> void trace_event(Writer &w, const char (&json)[N], int n)
 {
-    if (w.trace.f == nullptr) return;
+    if (!w.trace.is_open()) return;
     if (n <= 0 || static_cast<size_t>(n) >= N) {
         ++w.trace.dropped;
         return;
@@ -610,17 +639,11 @@ int open_files(Writer &w)
         if (fd < 0 && errno != EEXIST) return -errno;
     }
     if (fd < 0) return -EEXIST;
-    w.summary.f = fdopen(fd, "w");
-    if (w.summary.f == nullptr) {
+    w.summary.fd = fd;
+    w.trace.fd = ::open((base + ".trace.json").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w.trace.fd < 0) {
         const int e = errno;
-        ::close(fd);
-        return -e;
-    }
-    w.trace.f = std::fopen((base + ".trace.json").c_str(), "w");
-    if (w.trace.f == nullptr) {
-        const int e = errno;
-        std::fclose(w.summary.f);
-        w.summary.f = nullptr;
+        w.summary.close();
         return -e;
     }
     w.summary.max = w.trace.max = w.cfg.max_bytes;
@@ -658,7 +681,7 @@ void write_stats(Writer &w)
         static_cast<unsigned long long>(w.orphans), static_cast<unsigned long long>(w.trace.dropped),
         static_cast<unsigned long long>(w.summary.dropped));
     // The stats record is written even past the size bound: it is what says what was lost.
-    if (w.summary.f && n > 0) std::fwrite(w.line, 1, static_cast<size_t>(n), w.summary.f);
+    if (n > 0 && static_cast<size_t>(n) < sizeof(w.line)) w.summary.raw(w.line, static_cast<size_t>(n));
 }
 
 } // namespace
@@ -717,8 +740,8 @@ void flush_locked(Writer &w, int only)
 {
     drain_locked(w, only >= 0, only);
     if (only >= 0) w.metrics.finalize_comm(w.comm_entry[only]);
-    if (w.summary.f) std::fflush(w.summary.f);
-    if (w.trace.f) std::fflush(w.trace.f);
+    w.summary.flush();
+    w.trace.flush();
 }
 } // namespace
 
@@ -750,13 +773,10 @@ void stop_writer() noexcept
     drain_locked(w, true);
     write_stats(w);
     w.file_dropped_before += w.trace.dropped + w.summary.dropped;
-    if (w.trace.f) {
-        static const char kTail[] = "\n]}\n";
-        std::fwrite(kTail, 1, sizeof(kTail) - 1, w.trace.f);
-        std::fclose(w.trace.f);
-    }
-    if (w.summary.f) std::fclose(w.summary.f);
-    w.trace.f = w.summary.f = nullptr;
+    static const char kTail[] = "\n]}\n";
+    w.trace.raw(kTail, sizeof(kTail) - 1);
+    w.trace.close();
+    w.summary.close();
     w.running = false;
 }
 

@@ -2526,3 +2526,49 @@ TEST_CASE("17. more communicators over the process's life than context slots", "
     CHECK(o.drv["contexts"] == 1100);
     CHECK(o.drv["distinct"] == true);
 }
+
+// ---- scenario 18: a forked child exits -----------------------------------------------------
+// Data-loader workers fork a process that has live communicators and may leave with exit():
+// the child must not write the parent's buffered output (or anything) into its files, and
+// must not try to stop a writer thread that does not exist in it.
+void body_fork_exit(Child &c)
+{
+    load_or_fail(c, plugin_path(), 6);
+    Comm comm{0xf0f0ull, 0, 2, 1, "fork"};
+    if (c.p.init(comm) != ncclSuccess || comm.ctx == nullptr) throw std::runtime_error("init failed");
+    auto coll = [&](uint64_t seq) {
+        Descr d{};
+        d.type = ncclProfileColl;
+        d.coll.seqNumber = seq;
+        d.coll.func = "AllReduce";
+        d.coll.datatype = "ncclFloat32";
+        d.coll.count = 256;
+        d.coll.nChannels = 1;
+        void *h = nullptr;
+        c.p.start_raw(comm.ctx, &h, d);
+        c.p.stop(h);
+    };
+    for (uint64_t seq = 0; seq < 3; ++seq) coll(seq);
+    const pid_t child = fork();
+    if (child == 0) std::exit(0); // static destructors and atexit handlers run in the child
+    int status = 0;
+    waitpid(child, &status, 0);
+    c.out["child_exit"] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    for (uint64_t seq = 3; seq < 6; ++seq) coll(seq);
+    if (c.p.finalize(comm.ctx) != ncclSuccess) throw std::runtime_error("finalize failed");
+}
+
+TEST_CASE("18. a forked child exits with the parent's communicator alive", "[profiler-replay]")
+{
+    Outcome o = run_child("fork-exit", {}, body_fork_exit);
+    REQUIRE_CHILD_OK(o);
+    INFO("scenario dir " << o.dir);
+    CHECK(o.drv["child_exit"] == 0);
+    CHECK(o.bad_lines.empty());
+    CHECK(o.of("process").size() == 1);
+    CHECK(o.of("stats").size() == 1);
+    std::vector<uint64_t> seqs;
+    for (const json &l : o.of("coll")) seqs.push_back(l["seq"].get<uint64_t>());
+    CHECK(seqs == std::vector<uint64_t>{0, 1, 2, 3, 4, 5});
+    CHECK(o.trace_error == "");
+}
