@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <stdio_ext.h>
 #include <deque>
 #include <mutex>
 #include <sys/stat.h>
@@ -105,6 +106,20 @@ Writer &w()
 {
     static Writer *wr = new Writer; // never destroyed (v8-v10 never finalize)
     return *wr;
+}
+
+// In a forked child (data-loader workers fork processes with live communicators): the
+// writer thread does not exist there, and the lines buffered in the parent's stream must not
+// be written a second time when the child's exit() flushes every stdio stream. Runs in the
+// child right after fork, single-threaded, without locks (the parent's holder of `mu` may
+// not exist in the child).
+void forget_in_child()
+{
+    Writer &wr = w();
+    if (wr.out != nullptr) __fpurge(wr.out);
+    wr.out = nullptr; // the FILE is leaked in the child; the parent owns the file
+    wr.running = false;
+    wr.live.store(false);
 }
 
 void rotate_if_needed(Writer &wr)
@@ -275,6 +290,8 @@ int start_writer(const std::string &dir, uint64_t max_file_bytes)
     wr.live.store(true);
     wr.stop = false;
     wr.thread = std::thread(loop);
+    static bool atfork = false;
+    if (!atfork) atfork = pthread_atfork(nullptr, nullptr, forget_in_child) == 0;
     if (!g_handlers) {
         struct sigaction sa {};
         sa.sa_sigaction = on_fatal_signal;
