@@ -21,6 +21,7 @@
 #include "clock.h"
 #include "log.h"
 #include "recorder.h"
+#include "telemetry/json_text.h"
 #include "telemetry/prof_metrics.h"
 
 namespace vigil::prof {
@@ -119,47 +120,16 @@ struct Us {
     }
 };
 
-/// A JSON string body: quotes, backslashes and controls escaped; valid UTF-8 kept; any
-/// other byte (an invalid or truncated sequence, e.g. a name cut at its buffer's end)
-/// becomes U+FFFD, so the files stay valid UTF-8 whatever NCCL's caller named things.
-std::string escape(const char *in)
-{
-    std::string o;
-    const auto *p = reinterpret_cast<const unsigned char *>(in);
-    while (*p) {
-        const unsigned char c = *p;
-        if (c == '"' || c == '\\') {
-            o += '\\';
-            o += static_cast<char>(c);
-            ++p;
-        } else if (c < 0x20) {
-            char b[8];
-            std::snprintf(b, sizeof(b), "\\u%04x", c);
-            o += b;
-            ++p;
-        } else if (c < 0x80) {
-            o += static_cast<char>(c);
-            ++p;
-        } else {
-            // Length from the lead byte (no overlongs, no surrogates, <= U+10FFFF).
-            const int len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-            bool ok = len > 0;
-            for (int k = 1; ok && k < len; ++k) ok = (p[k] & 0xc0) == 0x80;
-            if (ok && len == 3) ok = !(c == 0xe0 && p[1] < 0xa0) && !(c == 0xed && p[1] >= 0xa0);
-            if (ok && len == 4) ok = !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90);
-            if (ok) {
-                o.append(reinterpret_cast<const char *>(p), static_cast<size_t>(len));
-                p += len;
-            } else {
-                o += "\\ufffd";
-                ++p;
-            }
-        }
-    }
-    return o;
-}
-
 const char *str(const char *s) { return s ? s : "?"; }
+
+/// A communicator's hash as the files write it ("0x%016llx"; zeros when unknown).
+struct CommHex {
+    char s[24];
+    explicit CommHex(const Context *c)
+    {
+        std::snprintf(s, sizeof(s), "0x%016llx", c ? static_cast<unsigned long long>(c->comm_hash) : 0ull);
+    }
+};
 
 const char *state_name(int s)
 {
@@ -317,8 +287,7 @@ void emit_agg(Writer &w, const Agg &a)
     const bool timed = std::strcmp(timing, "enqueue") != 0 && dur_us > 0;
     const double algbw = timed ? static_cast<double>(size) / (dur_us * 1e3) : 0; // GB/s
     const Us start(r.start_ns);
-    char comm[24];
-    std::snprintf(comm, sizeof(comm), "0x%016llx", c ? static_cast<unsigned long long>(c->comm_hash) : 0ull);
+    const CommHex comm(c);
     int n;
     if (coll) {
         n = std::snprintf(w.line, sizeof(w.line),
@@ -326,7 +295,7 @@ void emit_agg(Writer &w, const Agg &a)
                           "\"count\":%llu,\"datatype\":\"%s\",\"bytes\":%llu,\"algo\":\"%s\",\"proto\":\"%s\","
                           "\"channels\":%u,\"start_us\":%s,\"duration_us\":%.3f,\"algbw_GBps\":%.4f,"
                           "\"busbw_GBps\":%.4f,\"timing\":\"%s\"",
-                          comm, c ? c->rank : -1, nranks, static_cast<unsigned long long>(r.coll.seq), str(func),
+                          comm.s, c ? c->rank : -1, nranks, static_cast<unsigned long long>(r.coll.seq), str(func),
                           static_cast<unsigned long long>(count), str(dt), static_cast<unsigned long long>(size),
                           str(r.coll.algo), str(r.coll.proto), r.coll.channels, start.s, dur_us, algbw,
                           algbw * factor, timing);
@@ -335,7 +304,7 @@ void emit_agg(Writer &w, const Agg &a)
                           "{\"type\":\"p2p\",\"comm\":\"%s\",\"rank\":%d,\"nranks\":%d,\"func\":\"%s\",\"peer\":%d,"
                           "\"count\":%llu,\"datatype\":\"%s\",\"bytes\":%llu,\"channels\":%u,\"start_us\":%s,"
                           "\"duration_us\":%.3f,\"algbw_GBps\":%.4f,\"timing\":\"%s\"",
-                          comm, c ? c->rank : -1, nranks, str(func), r.p2p.peer, static_cast<unsigned long long>(count),
+                          comm.s, c ? c->rank : -1, nranks, str(func), r.p2p.peer, static_cast<unsigned long long>(count),
                           str(dt), static_cast<unsigned long long>(size), r.p2p.channels, start.s, dur_us, algbw,
                           timing);
     }
@@ -388,8 +357,7 @@ void net_record(Writer &w, const Record &r)
 {
     const NetInfo &ni = r.net;
     const Context *c = context_at(r.ctx);
-    char comm[24];
-    std::snprintf(comm, sizeof(comm), "0x%016llx", c ? static_cast<unsigned long long>(c->comm_hash) : 0ull);
+    const CommHex comm(c);
     const char *slot = ni.slot == 0 ? "primary" : "backup";
     static const char *const kEv[] = {"unknown", "window", "failover", "failback"};
     const char *ev = ni.type <= 3 ? kEv[ni.type] : "unknown";
@@ -403,7 +371,7 @@ void net_record(Writer &w, const Record &r)
                           "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"window\",\"dev\":%d,\"slot\":\"%s\","
                           "\"conn\":%llu,\"generation\":%u,\"start_us\":%s,\"window_us\":%u,\"bytes\":%llu,\"busy_us\":%.3f,"
                           "\"busy_bw_GBps\":%.4f,\"lat_p99_us\":%.3f,\"degraded\":%s,\"state\":\"%s\"}\n",
-                          comm, c ? c->rank : -1, ni.dev, slot, static_cast<unsigned long long>(ni.conn),
+                          comm.s, c ? c->rank : -1, ni.dev, slot, static_cast<unsigned long long>(ni.conn),
                           ni.generation, ts.s, ni.window_us,
                           static_cast<unsigned long long>(ni.bytes), static_cast<double>(ni.busy_ns) / 1e3, bw,
                           static_cast<double>(ni.lat_p99_ns) / 1e3, ni.degraded ? "true" : "false", st);
@@ -411,7 +379,7 @@ void net_record(Writer &w, const Record &r)
         n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"%s\",\"dev\":%d,\"slot\":\"%s\","
                           "\"conn\":%llu,\"generation\":%u,\"start_us\":%s,\"bytes\":%llu}\n",
-                          comm, c ? c->rank : -1, ev, ni.dev, slot, static_cast<unsigned long long>(ni.conn), ni.generation, ts.s,
+                          comm.s, c ? c->rank : -1, ev, ni.dev, slot, static_cast<unsigned long long>(ni.conn), ni.generation, ts.s,
                           static_cast<unsigned long long>(ni.bytes));
     }
     summary_line(w, n);
@@ -446,6 +414,14 @@ Agg &agg_of(Writer &w, uint64_t id, uint16_t ctx, uint64_t now)
     return a;
 }
 
+/// Network work of a collective ended: its proxy-timed end moves to the latest stop.
+void proxy_work(Writer &w, const Record &r, uint64_t now)
+{
+    if (r.root == 0) return;
+    Agg &a = agg_of(w, r.root, r.ctx, now);
+    a.proxy_end_ns = std::max(a.proxy_end_ns, r.stop_ns);
+}
+
 void process(Writer &w, const Record &r, uint64_t now)
 {
     char args[512];
@@ -459,10 +435,7 @@ void process(Writer &w, const Record &r, uint64_t now)
         break;
     }
     case Kind::kProxyOp: {
-        if (r.root) {
-            Agg &a = agg_of(w, r.root, r.ctx, now);
-            a.proxy_end_ns = std::max(a.proxy_end_ns, r.stop_ns);
-        }
+        proxy_work(w, r, now);
         if (!traced(w, r.kind)) break;
         std::snprintf(args, sizeof(args), "\"peer\":%d,\"steps\":%d,\"chunk\":%d,\"foreign\":%s", r.op.peer,
                       r.op.steps, r.op.chunk, (r.flags & kFlagForeign) ? "true" : "false");
@@ -472,10 +445,7 @@ void process(Writer &w, const Record &r, uint64_t now)
         break;
     }
     case Kind::kProxyStep: {
-        if (r.root) {
-            Agg &a = agg_of(w, r.root, r.ctx, now);
-            a.proxy_end_ns = std::max(a.proxy_end_ns, r.stop_ns);
-        }
+        proxy_work(w, r, now);
         if (!traced(w, r.kind)) break;
         int k = std::snprintf(args, sizeof(args), "\"step\":%d,\"bytes\":%llu", r.step.step,
                               static_cast<unsigned long long>(r.step.trans_size));
@@ -652,7 +622,7 @@ int open_files(Writer &w)
     const int n = std::snprintf(w.line, sizeof(w.line),
                                 "{\"type\":\"process\",\"host\":\"%s\",\"pid\":%d,\"version\":\"%s\",\"events\":\"%s\","
                                 "\"mask\":%u,\"mono_to_realtime_ns\":%lld,\"abi\":\"v%d\"}\n",
-                                escape(host).c_str(), static_cast<int>(getpid()), VIGIL_VERSION,
+                                telemetry::json_escape(host).c_str(), static_cast<int>(getpid()), VIGIL_VERSION,
                                 events_text(w.cfg.traced).c_str(), w.cfg.recorded,
                                 static_cast<long long>(mono_to_realtime_ns()), w.cfg.abi);
     summary_line(w, n);
@@ -718,7 +688,7 @@ void writer_add_context(const Context &c)
     Writer &w = W();
     std::lock_guard<std::mutex> g(w.mu);
     const Us t(c.init_ns);
-    const std::string name = escape(c.name);
+    const std::string name = telemetry::json_escape(c.name);
     int n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"comm\",\"comm\":\"0x%016llx\",\"name\":\"%s\",\"rank\":%d,\"nranks\":%d,"
                           "\"nnodes\":%d,\"start_us\":%s}\n",

@@ -274,6 +274,21 @@ struct PathStat {
     double bytes = 0, busy_s = 0, p99_max_us = 0;
     std::map<std::string, uint64_t> named; // events whose text names it: failover -> count, ...
     double bw() const { return busy_s > 0 ? bytes / busy_s : 0; }
+    /// One window. Loaded = data in flight: a window may hold busy time and no completion
+    /// (a message spanning windows completes in its last one), and its busy time still
+    /// counts; one whose data waited for the receiving application (`receiver_bound`: it had
+    /// not posted its receive) says nothing about the path's speed.
+    void add_window(double w_bytes, double w_busy_s, bool receiver_bound, bool w_degraded, double p99_us)
+    {
+        ++windows;
+        if (w_busy_s > 0 && !receiver_bound) {
+            ++loaded_windows;
+            bytes += w_bytes;
+            busy_s += w_busy_s;
+        }
+        degraded += w_degraded;
+        p99_max_us = std::max(p99_max_us, p99_us);
+    }
 };
 
 struct EventRec {
@@ -352,17 +367,7 @@ void add_net(const json &j, const Origin &org, Data &d)
         p.origins.insert(org.host + ":" + org.pid);
     }
     if (ev == "window") {
-        ++p.windows;
-        const double bytes = num(j, "bytes"), busy = num(j, "busy_us") / 1e6;
-        // Loaded = data in flight. A window may hold busy time and no completion (a message
-        // spanning windows completes in its last one): its busy time still counts.
-        if (busy > 0) {
-            ++p.loaded_windows;
-            p.bytes += bytes;
-            p.busy_s += busy;
-        }
-        if (truthy(j, "degraded")) ++p.degraded;
-        p.p99_max_us = std::max(p.p99_max_us, num(j, "lat_p99_us"));
+        p.add_window(num(j, "bytes"), num(j, "busy_us") / 1e6, false, truthy(j, "degraded"), num(j, "lat_p99_us"));
     } else if (ev == "failover" || ev == "failback") {
         ++d.event_counts[ev];
         d.events.push_back({"profiler", org.host, ev,
@@ -442,17 +447,8 @@ void read_telemetry(const Input &in, Data &d)
                 }
                 p.slots.insert(pd.slot);
                 p.origins.insert(in.host + ":" + in.pid);
-                ++p.windows;
-                const double bytes = num(j, "bytes"), busy = num(j, "busy_ns") / 1e9;
-                // A window whose data waited for the receiving application (it had not
-                // posted its receive) says nothing about the path's speed.
-                if (busy > 0 && !truthy(j, "receiver_bound")) { // see add_net
-                    ++p.loaded_windows;
-                    p.bytes += bytes;
-                    p.busy_s += busy;
-                }
-                if (truthy(j, "degraded")) ++p.degraded;
-                p.p99_max_us = std::max(p.p99_max_us, num(j, "lat_p99_ns") / 1e3);
+                p.add_window(num(j, "bytes"), num(j, "busy_ns") / 1e9, truthy(j, "receiver_bound"),
+                             truthy(j, "degraded"), num(j, "lat_p99_ns") / 1e3);
             } else if (type == "event" || type == "signal") {
                 const std::string ev = type == "signal" ? "signal" : str(j, "event", "?");
                 ++d.event_counts[ev];

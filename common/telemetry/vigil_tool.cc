@@ -205,6 +205,14 @@ std::string label_value(const char *s, size_t n)
     return out;
 }
 
+/// Appends one sample line of family `name` (labels already in braces) to the exposition.
+void add_sample(std::map<std::string, std::string> &body, const char *name, const std::string &labels, double v)
+{
+    char num[64];
+    std::snprintf(num, sizeof(num), "%.17g", v);
+    body[name] += std::string(name) + labels + " " + num + "\n";
+}
+
 std::string metrics(bool extra)
 {
     struct Family {
@@ -235,11 +243,7 @@ std::string metrics(bool extra)
                 label_value(e.peer, sizeof(e.peer)) + "\",kind=\"" + (e.kind == 0 ? "send" : "recv") +
                 "\",slot=\"" + (e.slot == 0 ? "primary" : "backup") + "\"}";
             const Recent r = recent(e, 1'000'000'000ull);
-            auto put = [&](const char *name, double v) {
-                char num[64];
-                std::snprintf(num, sizeof(num), "%.17g", v);
-                body[name] += std::string(name) + labels + " " + num + "\n";
-            };
+            auto put = [&](const char *name, double v) { add_sample(body, name, labels, v); };
             put("vigil_path_bytes_total", static_cast<double>(e.total_bytes.load()));
             put("vigil_path_failovers_total", static_cast<double>(e.failovers.load()));
             put("vigil_path_state", e.state.load());
@@ -271,9 +275,7 @@ std::string metrics(bool extra)
         const ProfHeader &h = v.header();
         const std::string proc = "host=\"" + label_value(h.host, sizeof(h.host)) + "\",pid=\"" + std::to_string(h.pid) + "\"";
         auto put = [&](const char *name, const std::string &labels, double val) {
-            char num[64];
-            std::snprintf(num, sizeof(num), "%.17g", val);
-            body[name] += std::string(name) + "{" + labels + "} " + num + "\n";
+            add_sample(body, name, "{" + labels + "}", val);
         };
         put("vigil_profiler_events_total", proc, static_cast<double>(h.events.load()));
         put("vigil_profiler_events_dropped_total", proc, static_cast<double>(h.dropped.load()));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "clock.h"
+#include "json_text.h"
 #include "log.h"
 #include "registry.h"
 
@@ -46,21 +47,6 @@ const char *type_name(EventType t)
     case EventType::kFatal: return "fatal";
     }
     return "?";
-}
-
-// JSON string body: our own texts, but escape anything that could break a line or a quote.
-std::string escape(const std::string &s)
-{
-    std::string o;
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') o += '\\', o += static_cast<char>(c);
-        else if (c < 0x20) {
-            char b[8];
-            std::snprintf(b, sizeof(b), "\\u%04x", c);
-            o += b;
-        } else o += static_cast<char>(c);
-    }
-    return o;
 }
 
 struct Writer {
@@ -156,7 +142,7 @@ void drain(Writer &wr)
     char buf[1024];
     for (const Event &e : evs) {
         // Bounded so the line always closes: 640 characters escape to at most 3840 bytes.
-        const std::string text = escape(e.text.substr(0, 640));
+        const std::string text = json_escape(std::string_view(e.text).substr(0, 640));
         std::string line = std::string("{\"type\":\"event\",\"event\":\"") + type_name(e.type) +
                            "\",\"mono_ns\":" + std::to_string(e.ns) + ",\"text\":\"" + text + "\"}\n";
         put(wr, line.data(), static_cast<int>(line.size()));
