@@ -19,8 +19,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "prof_metrics.h"
-#include "registry.h"
+#include "telemetry/prof_metrics.h"
+#include "telemetry/registry.h"
 #include "report.h"
 
 namespace {
