@@ -142,7 +142,7 @@ int Registry::open(uint64_t window_ns, int rank)
     std::lock_guard<std::mutex> g(g_mu);
     if (base_.load() != nullptr) return 0;
     Segment seg;
-    if (int rc = create_segment(kRegistryStem, registry_bytes(kMaxPaths), &seg); rc != 0) return rc;
+    if (int rc = create_segment(kRegistryStem, registry_bytes(kMaxRegistryPaths), &seg); rc != 0) return rc;
     path_ = seg.path;
     size_ = seg.size;
     fd_ = seg.fd;
@@ -152,7 +152,7 @@ int Registry::open(uint64_t window_ns, int rank)
     h->version = kRegistryVersion;
     h->header_size = sizeof(RegistryHeader);
     h->entry_size = sizeof(PathEntry);
-    h->max_paths = kMaxPaths;
+    h->max_paths = kMaxRegistryPaths;
     h->ring_capacity = kRingCapacity;
     h->record_size = sizeof(WindowRecord);
     h->pid = getpid();
@@ -175,7 +175,7 @@ PathEntry *Registry::acquire(int kind, int slot, int dev, const std::string &dev
     std::lock_guard<std::mutex> g(g_mu);
     auto *h = static_cast<RegistryHeader *>(base);
     auto *entries = reinterpret_cast<PathEntry *>(static_cast<char *>(base) + sizeof(RegistryHeader));
-    for (uint32_t i = 0; i < kMaxPaths; ++i) {
+    for (uint32_t i = 0; i < kMaxRegistryPaths; ++i) {
         PathEntry &e = entries[i];
         if (e.in_use.load(std::memory_order_acquire) != 0) continue;
         e.kind = static_cast<uint8_t>(kind);
@@ -207,13 +207,13 @@ uint32_t Registry::entries_used() const
 {
     void *base = base_.load(std::memory_order_acquire);
     if (base == nullptr) return 0;
-    return std::min(static_cast<RegistryHeader *>(base)->paths_used.load(std::memory_order_acquire), kMaxPaths);
+    return std::min(static_cast<RegistryHeader *>(base)->paths_used.load(std::memory_order_acquire), kMaxRegistryPaths);
 }
 
 PathEntry *Registry::entry_at(uint32_t i) const
 {
     void *base = base_.load(std::memory_order_acquire);
-    if (base == nullptr || i >= kMaxPaths) return nullptr;
+    if (base == nullptr || i >= kMaxRegistryPaths) return nullptr;
     return reinterpret_cast<PathEntry *>(static_cast<char *>(base) + sizeof(RegistryHeader)) + i;
 }
 
@@ -311,7 +311,7 @@ int RegistryView::open(const std::string &file, std::string *why)
     if (hdr_->version != kRegistryVersion) return fail("unsupported registry version");
     if (hdr_->header_size != sizeof(RegistryHeader) || hdr_->entry_size != sizeof(PathEntry) ||
         hdr_->record_size != sizeof(WindowRecord) || hdr_->ring_capacity != kRingCapacity ||
-        hdr_->max_paths == 0 || hdr_->max_paths > kMaxPaths)
+        hdr_->max_paths == 0 || hdr_->max_paths > kMaxRegistryPaths)
         return fail("layout differs from this build");
     if (size_ < registry_bytes(hdr_->max_paths)) return fail("segment shorter than its header says");
     return 0;

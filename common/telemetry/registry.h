@@ -31,7 +31,7 @@ inline constexpr char kRegistryMagic[8] = {'V', 'G', 'L', 'R', 'E', 'G', '0', '1
 inline constexpr uint32_t kRegistryVersion = 1;
 inline constexpr uint32_t kRingCapacity = 256; // windows per path (256 ms at 1 ms; the
                                                // writer drains every 50 ms)
-inline constexpr uint32_t kMaxPaths = 128;     // ~4.2 MB per process, reserved up front
+inline constexpr uint32_t kMaxRegistryPaths = 128;     // ~4.2 MB per process, reserved up front
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory atomics");

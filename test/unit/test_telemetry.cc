@@ -909,7 +909,7 @@ TEST_CASE("registry: this process's segment and its identity", "[telemetry]")
     struct stat st;
     REQUIRE(stat(r.path().c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
-    CHECK(static_cast<size_t>(st.st_size) == vt::registry_bytes(vt::kMaxPaths));
+    CHECK(static_cast<size_t>(st.st_size) == vt::registry_bytes(vt::kMaxRegistryPaths));
     const auto regs = vt::list_registries();
     CHECK(std::find(regs.begin(), regs.end(), r.path()) != regs.end());
 
@@ -1131,7 +1131,7 @@ TEST_CASE("registry: RegistryView::open refuses segments of another layout", "[t
 {
     vt::Registry &r = registry();
     const std::vector<char> image = slurp(r.path());
-    REQUIRE(image.size() == vt::registry_bytes(vt::kMaxPaths));
+    REQUIRE(image.size() == vt::registry_bytes(vt::kMaxRegistryPaths));
     const std::string copy = "/dev/shm/vigil-test-" + std::to_string(getpid()) + "-copy";
 
     struct Case {
@@ -1168,7 +1168,7 @@ TEST_CASE("registry: RegistryView::open refuses segments of another layout", "[t
         {"max_paths 0", [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, max_paths), uint32_t{0}); },
          full, -EBADMSG},
         {"max_paths too large",
-         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, max_paths), vt::kMaxPaths + 1); }, full,
+         [](std::vector<char> &b) { poke(b, offsetof(RegistryHeader, max_paths), vt::kMaxRegistryPaths + 1); }, full,
          -EBADMSG},
         {"empty file", [](std::vector<char> &) {}, 0, -EBADMSG},
         {"shorter than a header", [](std::vector<char> &) {}, sizeof(RegistryHeader) - 1, -EBADMSG},
