@@ -7,7 +7,6 @@
 #include <cstdlib>
 
 #include "abi_guard.h"
-#include "comm.h"
 #include "log.h"
 #include "nccl_abi/net_v10.h"
 #include "nccl_abi/net_v11.h"
@@ -35,9 +34,10 @@ ncclResult_t result(const char *fn, int rc)
 
 // ---- properties (common to every version, then per-version tails) ------------------------
 
+// Everything is the fabric's decision (fabric.h DeviceProps); the shim only copies.
 template <class Props> ncclResult_t fill_common(int dev, Props *p)
 {
-    const net::Device *d = net::device(dev);
+    const net::DeviceProps *d = net::device(dev);
     if (d == nullptr || p == nullptr) {
         VLOG_WARN("getProperties for unknown dev %d", dev);
         return ncclInvalidArgument;
@@ -45,29 +45,29 @@ template <class Props> ncclResult_t fill_common(int dev, Props *p)
     p->name = const_cast<char *>(d->name.c_str());
     p->pciPath = d->pci_path.empty() ? nullptr : const_cast<char *>(d->pci_path.c_str());
     p->guid = d->guid;
-    p->ptrSupport = NCCL_PTR_HOST;
-    p->regIsGlobal = 0;
+    p->ptrSupport = d->ptr_support;
+    p->regIsGlobal = d->reg_is_global ? 1 : 0;
     p->speed = d->speed_mbps;
-    p->port = 0;
-    p->latency = 0;
-    p->maxComms = 65536;
-    p->maxRecvs = static_cast<int>(net::params().max_recvs);
+    p->port = d->port;
+    p->latency = d->latency_us;
+    p->maxComms = d->max_comms;
+    p->maxRecvs = d->max_recvs;
     p->netDeviceType = NCCL_NET_DEVICE_HOST;
     p->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
     return ncclSuccess;
 }
 
-// v9+: one physical device per vNIC; NCCL chunks p2p/collective traffic at these sizes (the
-// same bounds NCCL's shims give v8 plugins, net_v8.cc:22-45).
+// v9+: one physical device per vNIC, and the fabric's chunking bounds.
 template <class Props> ncclResult_t fill_v9(int dev, Props *p)
 {
     ncclResult_t r = fill_common(dev, p);
     if (r != ncclSuccess) return r;
-    p->forceFlush = 0;
+    const net::DeviceProps *d = net::device(dev);
+    p->forceFlush = d->force_flush ? 1 : 0;
     p->vProps.ndevs = 1;
     p->vProps.devs[0] = dev;
-    p->maxP2pBytes = size_t{1} << 30;
-    p->maxCollBytes = size_t{512} << 20;
+    p->maxP2pBytes = static_cast<size_t>(d->max_p2p_bytes);
+    p->maxCollBytes = static_cast<size_t>(d->max_coll_bytes);
     return ncclSuccess;
 }
 
@@ -95,19 +95,19 @@ ncclResult_t listen_ctx(void * /*ctx*/, int dev, void *handle, void **listen_com
 // them alone (reference 1.7).
 ncclResult_t connect_noctx(int dev, void *handle, void **send_comm, ncclNetDeviceHandle_t **)
 {
-    return GUARD("connect", net::connect(dev, handle, send_comm));
+    return GUARD("connect", net::connect(dev, handle, send_comm, NCCL_NET_TRAFFIC_CLASS_UNDEF));
 }
 
-ncclResult_t connect_v10(int dev, ncclNetCommConfig_v10_t *, void *handle, void **send_comm,
+ncclResult_t connect_v10(int dev, ncclNetCommConfig_v10_t *config, void *handle, void **send_comm,
                          ncclNetDeviceHandle_t **)
 {
-    return GUARD("connect", net::connect(dev, handle, send_comm));
+    const int tc = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+    return GUARD("connect", net::connect(dev, handle, send_comm, tc));
 }
 
-ncclResult_t connect_ctx(void * /*ctx*/, int dev, void *handle, void **send_comm,
-                         ncclNetDeviceHandle_t **)
+ncclResult_t connect_ctx(void *ctx, int dev, void *handle, void **send_comm, ncclNetDeviceHandle_t **)
 {
-    return GUARD("connect", net::connect(dev, handle, send_comm));
+    return GUARD("connect", net::connect(dev, handle, send_comm, net::context_traffic_class(ctx)));
 }
 
 ncclResult_t accept(void *listen_comm, void **recv_comm, ncclNetDeviceHandle_t **)
@@ -118,6 +118,12 @@ ncclResult_t accept(void *listen_comm, void **recv_comm, ncclNetDeviceHandle_t *
 ncclResult_t reg_mr(void *comm, void *data, size_t size, int type, void **mhandle)
 {
     return GUARD("regMr", net::reg_mr(comm, data, size, type, mhandle));
+}
+
+ncclResult_t reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                           void **mhandle)
+{
+    return GUARD("regMrDmaBuf", net::reg_mr_dmabuf(comm, data, size, type, offset, fd, mhandle));
 }
 
 ncclResult_t dereg_mr(void *comm, void *mhandle)
@@ -187,8 +193,8 @@ ncclResult_t irecv_v8(void *recv_comm, int n, void **data, int *sizes, int *tags
                       void **mhandles, void **request)
 {
     *request = nullptr;
-    if (n < 1 || n > vigil::net::kMaxRecvs) return ncclInvalidArgument;
-    size_t wide[vigil::net::kMaxRecvs];
+    if (n < 1 || n > net::kMaxRecvs) return ncclInvalidArgument;
+    size_t wide[net::kMaxRecvs];
     for (int i = 0; i < n; ++i) {
         if (sizes[i] < 0) return ncclInvalidArgument;
         wide[i] = static_cast<size_t>(sizes[i]);
@@ -253,38 +259,111 @@ ncclResult_t props_v12(int dev, ncclNetProperties_v12_t *p)
     });
 }
 
+// v11 and v12 share every entry point but init and getProperties (reference 1.5).
+template <class Net, class Init, class Props> constexpr Net ctx_table(Init init, Props props)
+{
+    Net n{};
+    n.name = net::kPluginName;
+    n.init = init;
+    n.devices = devices;
+    n.getProperties = props;
+    n.listen = listen_ctx;
+    n.connect = connect_ctx;
+    n.accept = accept;
+    n.regMr = reg_mr;
+    n.regMrDmaBuf = reg_mr_dmabuf;
+    n.deregMr = dereg_mr;
+    n.isend = isend_v10;
+    n.irecv = irecv_v10;
+    n.iflush = iflush;
+    n.test = test;
+    n.closeSend = close_send;
+    n.closeRecv = close_recv;
+    n.closeListen = close_listen;
+    n.getDeviceMr = nullptr;   // host plugin: no device-side networking
+    n.irecvConsumed = nullptr; // ditto
+    n.makeVDevice = nullptr;   // physical devices only: each port fails over on its own
+    n.finalize = finalize;
+    n.setNetAttr = nullptr;    // NCCL checks for NULL (reference 1.5)
+    return n;
+}
+
 } // namespace
 
 extern "C" {
 
 [[gnu::visibility("default")]] ncclNet_v8_t ncclNetPlugin_v8 = {
-    net::kPluginName, init_v8, devices, props_v8, listen_noctx, connect_noctx, accept,
-    reg_mr, nullptr, dereg_mr, isend_v8, irecv_v8, iflush, test, close_send, close_recv,
-    close_listen, nullptr, nullptr,
+    .name = net::kPluginName,
+    .init = init_v8,
+    .devices = devices,
+    .getProperties = props_v8,
+    .listen = listen_noctx,
+    .connect = connect_noctx,
+    .accept = accept,
+    .regMr = reg_mr,
+    .regMrDmaBuf = reg_mr_dmabuf,
+    .deregMr = dereg_mr,
+    .isend = isend_v8,
+    .irecv = irecv_v8,
+    .iflush = iflush,
+    .test = test,
+    .closeSend = close_send,
+    .closeRecv = close_recv,
+    .closeListen = close_listen,
+    .getDeviceMr = nullptr,   // host plugin: no device-side networking
+    .irecvConsumed = nullptr, // ditto
 };
 
 [[gnu::visibility("default")]] ncclNet_v9_t ncclNetPlugin_v9 = {
-    net::kPluginName, init_v9, devices, props_v9, listen_noctx, connect_noctx, accept,
-    reg_mr, nullptr, dereg_mr, isend_v9, irecv_v9, iflush, test, close_send, close_recv,
-    close_listen, nullptr, nullptr, nullptr,
+    .name = net::kPluginName,
+    .init = init_v9,
+    .devices = devices,
+    .getProperties = props_v9,
+    .listen = listen_noctx,
+    .connect = connect_noctx,
+    .accept = accept,
+    .regMr = reg_mr,
+    .regMrDmaBuf = reg_mr_dmabuf,
+    .deregMr = dereg_mr,
+    .isend = isend_v9,
+    .irecv = irecv_v9,
+    .iflush = iflush,
+    .test = test,
+    .closeSend = close_send,
+    .closeRecv = close_recv,
+    .closeListen = close_listen,
+    .getDeviceMr = nullptr,
+    .irecvConsumed = nullptr,
+    .makeVDevice = nullptr, // physical devices only: each port fails over on its own
 };
 
 [[gnu::visibility("default")]] ncclNet_v10_t ncclNetPlugin_v10 = {
-    net::kPluginName, init_v10, devices, props_v9, listen_noctx, connect_v10, accept,
-    reg_mr, nullptr, dereg_mr, isend_v10, irecv_v10, iflush, test, close_send, close_recv,
-    close_listen, nullptr, nullptr, nullptr,
+    .name = net::kPluginName,
+    .init = init_v10,
+    .devices = devices,
+    .getProperties = props_v9,
+    .listen = listen_noctx,
+    .connect = connect_v10,
+    .accept = accept,
+    .regMr = reg_mr,
+    .regMrDmaBuf = reg_mr_dmabuf,
+    .deregMr = dereg_mr,
+    .isend = isend_v10,
+    .irecv = irecv_v10,
+    .iflush = iflush,
+    .test = test,
+    .closeSend = close_send,
+    .closeRecv = close_recv,
+    .closeListen = close_listen,
+    .getDeviceMr = nullptr,
+    .irecvConsumed = nullptr,
+    .makeVDevice = nullptr,
 };
 
-[[gnu::visibility("default")]] ncclNet_v11_t ncclNetPlugin_v11 = {
-    net::kPluginName, init_ctx<11, ncclNetCommConfig_v11_t>, devices, props_v11, listen_ctx,
-    connect_ctx, accept, reg_mr, nullptr, dereg_mr, isend_v10, irecv_v10, iflush, test,
-    close_send, close_recv, close_listen, nullptr, nullptr, nullptr, finalize, nullptr,
-};
+[[gnu::visibility("default")]] constinit ncclNet_v11_t ncclNetPlugin_v11 =
+    ctx_table<ncclNet_v11_t>(init_ctx<11, ncclNetCommConfig_v11_t>, props_v11);
 
-[[gnu::visibility("default")]] ncclNet_v12_t ncclNetPlugin_v12 = {
-    net::kPluginName, init_ctx<12, ncclNetCommConfig_v12_t>, devices, props_v12, listen_ctx,
-    connect_ctx, accept, reg_mr, nullptr, dereg_mr, isend_v10, irecv_v10, iflush, test,
-    close_send, close_recv, close_listen, nullptr, nullptr, nullptr, finalize, nullptr,
-};
+[[gnu::visibility("default")]] constinit ncclNet_v12_t ncclNetPlugin_v12 =
+    ctx_table<ncclNet_v12_t>(init_ctx<12, ncclNetCommConfig_v12_t>, props_v12);
 
 } // extern "C"

@@ -1,108 +1,268 @@
 // SPDX-License-Identifier: Apache-2.0
-// The fabric interface: what the transport-agnostic core (comm.h) needs from a path, and what
-// a path needs from the core. TCP implements it today (tcp/), verbs will (verbs/). A fabric
-// never knows about requests, multi-recv matching or failover; the core never calls socket or
-// verbs functions.
+// The fabric interface: everything the transport-agnostic core needs from a transport (TCP in
+// tcp/, verbs in verbs/), and everything a transport may assume about the core.
+//
+//   Fabric        the provider: devices and their properties, listen/connect/accept that
+//                 produce paths, memory registration per device, port events
+//   SendPath      the sending half of one path (TCP: a set of streams; verbs: QPs)
+//   RecvPath      the receiving half
+//   SendSink /    what a path reports into while the core runs its progress(): acks and CTS
+//   RecvSink      groups on the send side; frame placement on the receive side
+//
+// Matching is receiver-driven, as in NCCL's IB transport: every irecv() is advertised to the
+// sender as a CTS group (one entry per receive buffer: tag, capacity, address and keys), and a
+// send binds to an entry with its tag in the oldest group that still has unbound entries.
+// The core numbers bound messages densely per connection (the sequence number) and replays
+// every message the receiver has not acknowledged on another path after a failure, under a
+// new generation. A fabric never knows about requests, matching or failover; the core never
+// calls socket or verbs functions.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "handle.h"
 
 namespace vigil::net {
 
-/// One message as the core hands it to a send path: sequence number (dense, per connection,
-/// from 0), NCCL tag, payload. The payload stays valid until the core has seen the
-/// receiver's ack for `seq` (completion contract, design invariant 3), so a path may
-/// (re)transmit from it at any time before then.
-struct OutMessage {
-    uint64_t seq = 0;
-    int32_t tag = 0;
-    const uint8_t *data = nullptr;
-    size_t size = 0;
+// ---- Limits ------------------------------------------------------------------------------
+
+/// Most receive buffers one irecv may group (the maxRecvs NCCL may be told; NCCL's IB
+/// transport reports 8, reference nccl-plugin-abi.md 1.8).
+inline constexpr int kMaxRecvs = 8;
+/// Outstanding requests per comm object (NCCL_NET_MAX_REQUESTS, reference 1.4).
+inline constexpr int kMaxRequests = 32;
+/// Messages in flight per connection: NCCL_NET_MAX_REQUESTS x maxRecvs sends (reference 1.7,
+/// multi-recv). Also the size of the receiver's sequence window.
+inline constexpr int kMaxInflight = kMaxRequests * kMaxRecvs;
+/// Largest message: test() reports sizes as int.
+inline constexpr uint64_t kMaxMessageBytes = 0x7fffffff;
+/// CTS groups the sender may hold before binding them: every irecv the receiver can have
+/// outstanding (its kMaxRequests requests), twice over for groups advertised while the
+/// sender's view of completed ones lags.
+inline constexpr int kMaxCtsGroups = 2 * kMaxRequests;
+
+// ---- Path slots ----------------------------------------------------------------------------
+
+/// Path slots of a connection: the primary on the comm's own device and the hot-standby
+/// backup on another device. kMaxPaths is only this: path slots per connection.
+inline constexpr int kPrimary = 0;
+inline constexpr int kBackup = 1;
+inline constexpr int kMaxPaths = 2;
+
+/// Who a path is, for logs, telemetry and events. Plain value, filled by the fabric when the
+/// path is built; never parsed back from text.
+struct PathIdentity {
+    int slot = kPrimary;  ///< kPrimary or kBackup
+    int dev = -1;         ///< local NCCL device index
+    std::string dev_name; ///< "eth0", "rxe_a0:1"
+    std::string local;    ///< local endpoint: "10.0.0.1:41234", a GID
+    std::string peer;     ///< remote endpoint
+    std::string detail;   ///< fabric specifics: "2 streams", "qp 0x11"
+    uint64_t id = 0;      ///< this path instance, the same at both ends (chosen by the
+                          ///< connecting side); 0 when the fabric has none
+
+    /// "primary dev eth0 10.0.0.1:41234 -> 10.0.0.2:5000 (2 streams)".
+    std::string describe() const;
 };
 
-/// Where the receiving core wants the bytes of one frame: `dest` (nullptr with kDiscard).
-struct Placement {
-    enum Kind { kPlace, kDiscard, kNotPosted, kError } kind = kNotPosted;
-    uint8_t *dest = nullptr; ///< address of message offset 0 (the path adds the offset)
-    int error = 0;           ///< -errno with kError
-};
+// ---- Memory --------------------------------------------------------------------------------
 
-/// Implemented by the receiving core; called by a receive path from inside progress(), with
-/// the comm's lock held. Not thread-safe on its own.
-class RecvSink
+/// A fabric's registration of one buffer on one device (verbs: an MR). Immutable after
+/// creation; shared (a fabric may cache registrations, regIsGlobal) and released with its
+/// last reference.
+class FabricMr
 {
 public:
-    /// A frame header for message `seq` (tag, total size) arrived on a path of generation
-    /// `gen`. Returns where its bytes go, kNotPosted when no irecv covers `seq` yet (the path
-    /// must stop reading this stream and ask again later; also returned while an earlier
-    /// message of the same multi-recv is not bound yet, because buffers bind in sequence
-    /// order as NCCL's IB transport matches CTS entries), kDiscard for a message already
-    /// completed (a replay), kError (-EPROTO, -EMSGSIZE) for a frame that contradicts what
-    /// was posted.
-    virtual Placement locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size) = 0;
-    /// True while bytes of a frame of generation `gen` for message `seq` may still be written:
-    /// no newer generation was adopted and the message is not complete. A path asks before
-    /// every payload write and discards the rest of a frame once the answer is false, so a
-    /// buffer is never written after its request was reported done (invariant 2).
-    virtual bool still_wanted(uint32_t gen, uint64_t seq) = 0;
-    /// `len` bytes of message `seq`, from a frame of generation `gen` located with kPlace,
-    /// are now in place. Bytes of a stale generation are not counted. Returns 0 or -errno
-    /// (more bytes than the message holds).
-    virtual int landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
+    virtual ~FabricMr() = default;
+    uint32_t lkey = 0; ///< local key (verbs); 0 where the fabric needs none
+    uint32_t rkey = 0; ///< remote key (verbs); 0 where the fabric needs none
+};
 
-protected:
-    ~RecvSink() = default;
+/// NCCL's mhandle: one buffer registered for one comm, on every device that comm's paths
+/// use, so that a failover never registers anything. Reference-counted: NCCL holds one
+/// reference (regMr/deregMr) and every message or receive in flight holds one, so a buffer
+/// deregistered with requests in flight stays registered until they are done. Thread-safe
+/// reference counting; the rest is immutable after registration.
+struct MemRegion {
+    const uint8_t *base = nullptr;
+    size_t size = 0;
+    int type = 0; ///< NCCL_PTR_HOST / NCCL_PTR_CUDA / NCCL_PTR_DMABUF
+    struct OnDevice {
+        int dev = -1;
+        std::shared_ptr<FabricMr> mr; ///< null when the fabric needs no registration
+    };
+    std::array<OnDevice, kMaxPaths> devs{}; ///< one per distinct device of the comm's paths
+    std::atomic<int> refs{1};
+
+    /// The registration on `dev`, or nullptr (none needed, or not registered there).
+    const FabricMr *on(int dev) const
+    {
+        for (const OnDevice &d : devs)
+            if (d.dev == dev) return d.mr.get();
+        return nullptr;
+    }
+    /// True when [p, p + n) lies inside the registered buffer.
+    bool covers(const void *p, size_t n) const
+    {
+        const auto *q = static_cast<const uint8_t *>(p);
+        return q >= base && n <= size && static_cast<size_t>(q - base) <= size - n;
+    }
+    void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
+    /// Drops one reference; deletes the region with the last.
+    static void unref(MemRegion *m)
+    {
+        if (m != nullptr && m->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete m;
+    }
+};
+
+// ---- CTS ----------------------------------------------------------------------------------
+
+/// One receive buffer of a posted group, as the sender sees it.
+struct CtsEntry {
+    uint64_t addr = 0;  ///< buffer address (where an RDMA fabric writes)
+    uint64_t size = 0;  ///< capacity, bytes (<= kMaxMessageBytes)
+    int32_t tag = 0;
+    std::array<uint32_t, kMaxPaths> rkey{}; ///< remote key per path slot (verbs), else 0
+};
+
+/// One irecv() as advertised to the sender (clear to send). Groups are numbered densely per
+/// connection from 0; group g's messages get the sequence numbers
+/// [first_seq, first_seq + n), in the order the sender binds them.
+struct CtsGroup {
+    uint64_t index = 0;
+    uint64_t first_seq = 0;
+    int n = 0; ///< 1..kMaxRecvs
+    std::array<CtsEntry, kMaxRecvs> entries{};
+};
+
+// ---- Sending -------------------------------------------------------------------------------
+
+/// One bound message as the core hands it to a send path. The payload and `mr` stay valid
+/// until the core has seen the receiver's ack for `seq` (a send completes only then, design
+/// invariant 3), so a path may (re)transmit from them at any time before.
+struct OutMessage {
+    uint64_t seq = 0;   ///< dense per connection, from 0
+    int32_t tag = 0;
+    const uint8_t *data = nullptr;
+    size_t size = 0;    ///< <= dest.size
+    const MemRegion *mr = nullptr; ///< NCCL's mhandle (may be null where the fabric needs none)
+    uint64_t group = 0; ///< CTS group the message is bound to
+    int entry = 0;      ///< ... and the entry (receive buffer) within it
+    CtsEntry dest;      ///< that entry
 };
 
 /// A path's view of its own health, reported by progress().
 struct PathStatus {
-    int error = 0;            ///< 0, or -errno of the first fatal error on this path
-    bool peer_closed = false; ///< orderly EOF from the peer at a message boundary
-    bool heard = false;       ///< bytes arrived from the peer during this call
-    int receiver_bound = -1;  ///< send side: last ack's flag (1: the receiving application
-                              ///< has not posted for data waiting); -1: no ack this call
-    bool failover_requested = false; ///< send side: the receiver asked to leave a path
-    uint32_t failed_slot = 0;        ///< ... this one (kPrimary/kBackup), whose port it saw fail
+    int error = 0;      ///< 0, or -errno of the first error on this path (the path is lost)
+    bool fatal = false; ///< with error: no other path can fix this (protection or access
+                        ///< error, a peer breaking the protocol): the connection fails at once
+    bool peer_closed = false; ///< the peer closed the connection in order (its closeSend /
+                              ///< closeRecv said goodbye on this path)
+    bool peer_eof = false;    ///< with error: the peer's end of this path closed without a
+                              ///< goodbye (its process died, or it fenced the path)
+    bool heard = false;       ///< something arrived from the peer during this call
+    bool failover_requested = false; ///< send side: the receiver asked to leave a path ...
+    uint32_t failed_slot = 0;        ///< ... this one, whose port it saw fail
     std::string detail;       ///< with error: what happened, for the one WARN line
 };
 
-/// Sending half of one path (TCP: a set of streams; verbs: a QP). Owned by a SendComm and
-/// used only under that comm's lock.
+/// Implemented by the sending core, one per path slot; called by a send path from inside
+/// progress(), with the comm's lock held.
+class SendSink
+{
+public:
+    /// The receiver holds every message below `seq` (cumulative; acks of any generation are
+    /// true statements about what the receiver holds).
+    virtual void acked(uint64_t seq) = 0;
+    /// The receiver advertised group `g`. Each path delivers groups in index order, possibly
+    /// repeating ones other paths delivered. Returns 0, or -EPROTO when `g` contradicts what
+    /// was advertised before (the path reports it as a fatal error).
+    virtual int cts(const CtsGroup &g) = 0;
+
+protected:
+    ~SendSink() = default;
+};
+
+/// Sending half of one path. Owned by a SendComm and used only under its lock.
 class SendPath
 {
 public:
     virtual ~SendPath() = default;
-    /// Positions a path that carries nothing yet (a standby taking over) so that the next
-    /// post() is `first_seq` and every frame it writes carries generation `gen`.
-    virtual void begin(uint64_t first_seq, uint32_t gen) = 0;
+    virtual const PathIdentity &identity() const = 0;
+    /// Makes an idle path (a standby taking over, or a rebuilt one) carry generation `gen`
+    /// from sequence number `first_seq` on, and tells the receiver so before any message of
+    /// that generation: a generation notice naming `abandoned`, the path slot the sender left
+    /// because it failed, and that path's id (the receiver must stop that path writing into its
+    /// buffers; slot -1 when the previous path left in order, or there was none).
+    virtual void begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id) = 0;
     /// Queues `m` for transmission after every message posted before it. Never blocks,
     /// never fails: errors surface from progress(). Sequence numbers are dense.
     virtual void post(const OutMessage &m) = 0;
-    /// True when every posted byte has been written (nothing queued or half written).
+    /// True when every posted message has left completely (TCP: written; verbs: its work
+    /// requests completed), so a switch to another path cannot leave a write behind.
     virtual bool idle() const = 0;
-    /// Writes a probe frame when idle(), so the receiver hears a quiet path. Never blocks.
+    /// Sends a probe when idle(), so the receiver hears a quiet path. Never blocks.
     virtual void probe() = 0;
+    /// Tells the receiver, best effort and without blocking, that this connection is being
+    /// closed in order (closeSend), so it does not mistake the close for a failure.
+    virtual void goodbye() = 0;
     /// Breaks the path on purpose (fault injection): both ends see it fail.
     virtual void sabotage() = 0;
-    /// Local NCCL device index this path leaves from.
-    virtual int local_dev() const = 0;
     /// Lowest seq whose payload or descriptor this path may still read (UINT64_MAX when it
     /// holds none). The comm never reuses a message slot at or above it.
     virtual uint64_t oldest_referenced() const { return ~0ull; }
-    /// Every seq below `seq` is acknowledged: streams standing between frames may skip them.
+    /// Every seq below `seq` is acknowledged: a path may drop what it still queues of them.
     virtual void skip_to(uint64_t /*seq*/) {}
-    /// Moves bytes without blocking and collects acks. *acked_seq is raised to the
-    /// receiver's cumulative ack (every seq below it is held by the receiver).
-    virtual PathStatus progress(uint64_t *acked_seq) = 0;
-    /// File descriptors the progress engine should watch (may be empty for fabrics with
-    /// their own completion channel). Valid until the path is destroyed.
+    /// Moves bytes without blocking, reporting acks and CTS groups into `sink`.
+    virtual PathStatus progress(SendSink &sink) = 0;
+    /// File descriptors the progress engine should watch (may be none: the engine's tick then
+    /// drives the path). Valid until the path is destroyed.
     virtual int fd(size_t i) const = 0;
     virtual size_t nfds() const = 0;
-    /// Human-readable identity for logs: "eth0 10.0.0.1 -> 10.0.0.2:4242 (2 streams)".
-    virtual std::string describe() const = 0;
+};
+
+/// Where the receiving core wants the bytes of one frame.
+struct Placement {
+    enum Kind { kPlace, kDiscard, kError } kind = kError;
+    uint8_t *dest = nullptr; ///< with kPlace: address of message offset 0 (the path adds the offset)
+    int error = 0;           ///< with kError: -EPROTO or -EMSGSIZE
+};
+
+/// Implemented by the receiving core, one per path slot; called by a receive path from inside
+/// progress(), with the comm's lock held.
+class RecvSink
+{
+public:
+    /// A frame of message `seq` (whole size `size`), bound by the sender to entry `entry` of
+    /// its CTS group, with tag `tag`, arrived in generation `gen`. Returns where its bytes go:
+    /// kPlace (the first frame of a message binds its entry), kDiscard for a message already
+    /// completed or a stale generation (a replay), kError for a frame that contradicts what
+    /// was advertised (a tag or entry that is not there, a size beyond the buffer, a sequence
+    /// number outside the window). A kError is fatal for the connection.
+    virtual Placement locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) = 0;
+    /// True while bytes of a frame of generation `gen` for message `seq` may still be
+    /// written: no newer generation was adopted and the message is not complete. A path that
+    /// writes the bytes itself asks before every payload write and discards the rest of a
+    /// frame once the answer is false, so a buffer is never written after its request was
+    /// reported done (invariant 2).
+    virtual bool still_wanted(uint32_t gen, uint64_t seq) = 0;
+    /// `len` bytes of message `seq`, from a frame of generation `gen` located with kPlace,
+    /// are in place. Bytes of a stale generation are not counted. Returns 0 or -EPROTO (more
+    /// bytes than the message holds).
+    virtual int landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
+    /// The sender's generation notice (SendPath::begin): from sequence number `first_seq` on,
+    /// messages come in generation `gen`; `abandoned` is the slot it left because it failed
+    /// (-1: none) and `abandoned_id` that path's id (0: unknown).
+    virtual void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
+
+protected:
+    ~RecvSink() = default;
 };
 
 /// Receiving half of one path. Owned by a RecvComm; used only under its lock.
@@ -110,8 +270,12 @@ class RecvPath
 {
 public:
     virtual ~RecvPath() = default;
-    /// Reads whatever has arrived, placing it through `sink`; queues and flushes acks.
+    virtual const PathIdentity &identity() const = 0;
+    /// Reads whatever has arrived, placing it through `sink`; flushes queued acks and CTS.
     virtual PathStatus progress(RecvSink &sink) = 0;
+    /// Tells the sender that group `g` is posted. Queued in order behind earlier ones; never
+    /// blocks.
+    virtual void advertise(const CtsGroup &g) = 0;
     /// Tells the sender that every seq below `ack_seq` is held, as seen at generation `gen`.
     /// Coalesces; never blocks.
     virtual void ack(uint64_t ack_seq, uint32_t gen) = 0;
@@ -122,18 +286,21 @@ public:
     /// Re-sends the current ack so the sender hears this path even when nothing completes
     /// (a receiver that has posted nothing must not look like a dead path). Never blocks.
     virtual void heartbeat() = 0;
-    /// Tells the sender (at once, in an ack) whether data waits for a receive the
-    /// application has not posted yet, so its telemetry does not blame the path.
-    virtual void set_app_bound(bool /*bound*/) {}
+    /// As SendPath::goodbye(), for closeRecv.
+    virtual void goodbye() = 0;
+    /// The sender left this path after a failure: stop it writing into any buffer from now on
+    /// (verbs: move its QPs to the error state; TCP: shut its streams). The path is dead.
+    virtual void fence() = 0;
     virtual void sabotage() = 0;
-    virtual int local_dev() const = 0;
     virtual int fd(size_t i) const = 0;
     virtual size_t nfds() const = 0;
-    virtual std::string describe() const = 0;
 };
 
+// ---- Rebuilding dead paths ---------------------------------------------------------------
+
 /// Re-establishes the paths of one sending connection after they died (failback and lost
-/// backups). Owned by the SendComm; called only under its lock; never blocks.
+/// backups), to the same devices. Owned by the SendComm; called only under its lock; never
+/// blocks.
 class PathRebuilder
 {
 public:
@@ -152,9 +319,115 @@ class PathAcceptor
 {
 public:
     virtual ~PathAcceptor() = default;
-    /// Returns 0 with *out and *slot set when a rebuilt path arrived, 0 with *out empty when
-    /// none did.
-    virtual int poll(std::unique_ptr<RecvPath> *out, int *slot) = 0;
+    /// Returns 0 with *out set when a rebuilt path arrived (its slot in its identity), 0 with
+    /// *out empty when none did.
+    virtual int poll(std::unique_ptr<RecvPath> *out) = 0;
+};
+
+// ---- The provider ------------------------------------------------------------------------
+
+/// What NCCL's getProperties reports for one device, decided by the fabric from the hardware
+/// (reference nccl-plugin-abi.md 1.5-1.8). Plain value.
+struct DeviceProps {
+    std::string name;      ///< unique per host ("eth0", "mlx5_0:1"): NCCL keys topology by it
+    std::string pci_path;  ///< sysfs PCI path, or empty for virtual devices (NCCL then assumes CPU 0)
+    uint64_t guid = 0;
+    int ptr_support = 0;   ///< NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF
+    bool reg_is_global = false; ///< registrations are cached (cheap re-registration)
+    bool force_flush = false;
+    int speed_mbps = 0;    ///< link speed, Mbit/s
+    int port = 0;          ///< port number on the device (verbs), else 0
+    float latency_us = 0;
+    int max_comms = 0;
+    int max_recvs = 1;     ///< 1..kMaxRecvs
+    uint64_t max_p2p_bytes = 0;
+    uint64_t max_coll_bytes = 0;
+    int numa_node = -1;
+    std::string address;   ///< the device's address, for logs ("10.0.0.1", a GID)
+};
+
+/// Where a new connection's paths go: per slot, the local device and the index of the
+/// listener's address (in its handle) to reach; -1 for a slot without a path.
+struct ConnectPlan {
+    std::array<int, kMaxPaths> local_dev{{-1, -1}};
+    std::array<int, kMaxPaths> remote{{-1, -1}};
+    int traffic_class = -1; ///< NCCL's per-communicator traffic class (v11+ config), -1: unset
+};
+
+/// The paths of a new sending connection and what rebuilds them.
+struct SendPaths {
+    std::array<std::unique_ptr<SendPath>, kMaxPaths> paths; ///< [kPrimary] always set
+    std::unique_ptr<PathRebuilder> rebuilder;               ///< may be null
+};
+
+/// The paths of a new receiving connection and what hands it rebuilt ones.
+struct RecvPaths {
+    std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths; ///< [kPrimary] always set
+    std::unique_ptr<PathAcceptor> acceptor;                 ///< may be null
+    /// Local device of each slot as the sender planned it, also for a slot whose path is not
+    /// (yet) up: a rebuilt path arrives there, so registrations must cover it. -1: none.
+    std::array<int, kMaxPaths> devs{{-1, -1}};
+};
+
+/// One NCCL connect() in progress (non-blocking). Driven by one proxy thread.
+class Connector
+{
+public:
+    virtual ~Connector() = default;
+    /// 0 with *out filled once connected and accepted; 0 with *out empty while in progress;
+    /// -errno on failure, after one WARN.
+    virtual int progress(SendPaths *out) = 0;
+};
+
+/// NCCL's listenComm. Thread-safe: accept() may race with the fabric's own threads.
+class Listener
+{
+public:
+    virtual ~Listener() = default;
+    /// 0 with *out filled once a connection's paths have arrived; 0 with *out empty when none
+    /// is complete yet; -errno when the listener itself failed. Impostors are rejected with one
+    /// WARN each and the listener keeps listening.
+    virtual int accept(RecvPaths *out) = 0;
+};
+
+/// Receives port events (a device's port went down or came back). Called from the fabric's
+/// event thread; must not block on anything that thread holds.
+class PortEventSink
+{
+public:
+    virtual void port_changed(int dev, bool up, const std::string &cause) = 0;
+
+protected:
+    ~PortEventSink() = default;
+};
+
+/// A transport provider. Created once per process by the plugin's global set-up; its
+/// methods are thread-safe.
+class Fabric
+{
+public:
+    virtual ~Fabric() = default;
+    /// "tcp", "verbs".
+    virtual const char *name() const = 0;
+    /// One entry per NCCL device, stable for the fabric's lifetime.
+    virtual const std::vector<DeviceProps> &devices() const = 0;
+    /// Opens a listener on `dev` (and, for backup paths, on other devices) and fills `handle`.
+    virtual int listen(int dev, ListenHandle *handle, std::unique_ptr<Listener> *out) = 0;
+    /// Starts a connection to the listener of `handle` along `plan`. Returns 0 or -errno.
+    virtual int connect(const ConnectPlan &plan, const ListenHandle &handle,
+                        std::unique_ptr<Connector> *out) = 0;
+    /// Registers [data, data + size) of memory `type` on `dev`. *out stays null when the
+    /// fabric needs no registration. Returns 0, -EINVAL for a memory type the device does not
+    /// support, or -errno.
+    virtual int reg_mr(int dev, void *data, size_t size, int type, std::shared_ptr<FabricMr> *out) = 0;
+    /// As reg_mr, for a DMA-BUF file descriptor (NCCL's regMrDmaBuf). -EOPNOTSUPP unless the
+    /// device reports NCCL_PTR_DMABUF.
+    virtual int reg_mr_dmabuf(int dev, void *data, size_t size, int type, uint64_t offset, int fd,
+                              std::shared_ptr<FabricMr> *out) = 0;
+    /// Starts delivering port events to `sink` (which outlives stop_events()). Returns 0 or
+    /// -errno (failures are then found by the data path and the watchdogs only).
+    virtual int start_events(PortEventSink *sink) = 0;
+    virtual void stop_events() = 0;
 };
 
 } // namespace vigil::net

@@ -1,57 +1,84 @@
 // SPDX-License-Identifier: Apache-2.0
-// Net plugin core: global state (refcounted), devices, and the entry points.
+// Net plugin core: global state (refcounted), the fabric, and the entry points. Builds comms
+// from the paths a fabric produces; never names a fabric.
 #include "plugin.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <vector>
 
-#include "comm.h"
+#include "fabrics.h"
+#include "injector.h"
 #include "log.h"
 #include "nccl_abi/net_common.h"
+#include "path_plan.h"
 #include "progress.h"
-#include "tcp/link_monitor.h"
+#include "recv_comm.h"
+#include "send_comm.h"
 #include "telemetry/writer.h"
-#include "tcp/tcp_setup.h"
 
 namespace vigil::net {
 namespace {
+
+/// Port events reach every live comm.
+class CommRegistry final : public PortEventSink
+{
+public:
+    template <class C> void add(C *c)
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        set_of(c).insert(c);
+    }
+    template <class C> void remove(C *c)
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        set_of(c).erase(c);
+    }
+    void port_changed(int dev, bool up, const std::string &cause) override
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (up) {
+            for (SendComm *c : send_) c->port_up(dev);
+            return;
+        }
+        for (SendComm *c : send_) c->port_down(dev, cause);
+        for (RecvComm *c : recv_) c->port_down(dev, cause);
+    }
+
+private:
+    std::set<SendComm *> &set_of(SendComm *) { return send_; }
+    std::set<RecvComm *> &set_of(RecvComm *) { return recv_; }
+
+    std::mutex mu_;
+    std::set<SendComm *> send_;
+    std::set<RecvComm *> recv_;
+};
+
+/// One NCCL connect() in progress: the fabric's connector and the plan it follows.
+struct PendingConnect {
+    std::unique_ptr<Connector> connector;
+    ConnectPlan plan;
+};
 
 struct Global {
     std::mutex mu;
     int refs = 0;
     bool discovered = false;
     Params params;
-    std::vector<Device> devices;
+    std::unique_ptr<Fabric> fabric;
+    FailoverConfig failover;
+    TelemetryConfig telemetry;
+    BackupPlan backups;
+    Injector injector;
     std::set<NetContext *> contexts;
-    std::map<uint64_t, std::unique_ptr<tcp::TcpConnector>> connectors;
-    // VIGIL_BACKUP: per primary device, its backup candidates (nearest first) and a
-    // round-robin cursor; or, for fixed pairs, exactly one candidate.
-    std::vector<std::vector<int>> backup_candidates;
-    std::vector<size_t> backup_next;
-    // Live comms, for port events. Own lock: the link monitor calls in from the engine thread.
-    std::mutex comms_mu;
-    std::set<SendComm *> send_comms;
-    std::set<RecvComm *> recv_comms;
-    tcp::LinkMonitor links;
+    std::map<uint64_t, PendingConnect> connects;
+    CommRegistry comms;
 };
-
-/// VIGIL_INJECT_FAIL: break the active path on one device after a count of messages or
-/// bytes, once per process. `armed` is the only thing the data path reads when it is off.
-struct Injector {
-    std::atomic<bool> armed{false};
-    int dev = -1;
-    bool by_bytes = false;
-    uint64_t limit = 0;
-    std::atomic<uint64_t> count{0};
-};
-Injector g_inject;
 
 Global &g()
 {
@@ -61,104 +88,20 @@ Global &g()
 }
 
 struct ListenComm {
-    std::shared_ptr<tcp::TcpListener> listener; // shared with the RecvComm it produces
-};
-
-/// Registered memory. TCP needs no registration; the handle records what NCCL registered so
-/// misuse (device memory) is caught once, at registration.
-struct Mr {
-    void *base;
-    size_t size;
+    std::unique_ptr<Listener> listener;
 };
 
 // connect() keeps its retry state in the handle's scratch area: a cookie and an id into
-// g().connectors. The listener writes zeros there; an id we do not know starts afresh.
+// g().connects. The listener writes zeros there; an id we do not know starts afresh.
 constexpr uint32_t kScratchCookie = 0x53474c56; // "VLGS"
 
-int common_prefix(const std::string &a, const std::string &b)
+SendComm *as_send(void *p)
 {
-    size_t n = 0;
-    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-    return static_cast<int>(n);
+    return static_cast<SendComm *>(static_cast<Comm *>(p));
 }
-
-// Builds the backup candidates of every device from VIGIL_BACKUP. Returns false after a WARN
-// on a bad value.
-bool plan_backups(Global &st)
+RecvComm *as_recv(void *p)
 {
-    const std::string &spec = st.params.backup;
-    const size_t n = st.devices.size();
-    st.backup_candidates.assign(n, {});
-    st.backup_next.assign(n, 0);
-    if (spec == "off") return true;
-    if (spec == "spread") {
-        for (size_t d = 0; d < n; ++d) {
-            std::vector<int> c;
-            for (size_t o = 0; o < n; ++o)
-                if (o != d) c.push_back(static_cast<int>(o));
-            // Nearest first: same NUMA node, then the longest shared PCI path (same switch).
-            const Device &me = st.devices[d];
-            std::stable_sort(c.begin(), c.end(), [&](int a, int b) {
-                const Device &x = st.devices[static_cast<size_t>(a)], &y = st.devices[static_cast<size_t>(b)];
-                const bool xn = x.numa_node == me.numa_node, yn = y.numa_node == me.numa_node;
-                if (xn != yn) return xn;
-                return common_prefix(x.pci_path, me.pci_path) > common_prefix(y.pci_path, me.pci_path);
-            });
-            st.backup_candidates[d] = std::move(c);
-        }
-        return true;
-    }
-    auto index_of = [&](std::string_view name) {
-        for (size_t i = 0; i < n; ++i)
-            if (st.devices[i].name == name) return static_cast<int>(i);
-        return -1;
-    };
-    std::string_view rest = spec;
-    while (!rest.empty()) {
-        size_t comma = rest.find(',');
-        std::string_view pair = rest.substr(0, comma);
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-        size_t colon = pair.find(':');
-        int a = colon == std::string_view::npos ? -1 : index_of(pair.substr(0, colon));
-        int b = colon == std::string_view::npos ? -1 : index_of(pair.substr(colon + 1));
-        if (a < 0 || b < 0 || a == b) {
-            VLOG_WARN("bad VIGIL_BACKUP entry \"%.*s\": expected spread, off, or pairs "
-                      "DEV:BACKUPDEV of two different selected devices",
-                      static_cast<int>(pair.size()), pair.data());
-            return false;
-        }
-        st.backup_candidates[static_cast<size_t>(a)] = {b};
-    }
-    return true;
-}
-
-// Parses VIGIL_INJECT_FAIL ("eth0:msgs=100", "eth1:bytes=1G"). Returns false after a WARN.
-bool arm_injector(const Global &st)
-{
-    const std::string &spec = st.params.inject_fail;
-    if (spec.empty()) return true;
-    const size_t colon = spec.find(':'), eq = spec.find('=');
-    int dev = -1;
-    for (size_t i = 0; i < st.devices.size(); ++i)
-        if (colon != std::string::npos && st.devices[i].name == spec.substr(0, colon)) dev = static_cast<int>(i);
-    const std::string what = colon == std::string::npos || eq == std::string::npos
-                                 ? "" : spec.substr(colon + 1, eq - colon - 1);
-    ParamSpec count{"VIGIL_INJECT_FAIL", ParamType::Bytes, "", 1, INT64_MAX, ""};
-    int64_t limit = 0;
-    if (dev < 0 || (what != "msgs" && what != "bytes") ||
-        !parse_number(count, std::string_view(spec).substr(eq + 1), &limit).empty()) {
-        VLOG_WARN("bad VIGIL_INJECT_FAIL \"%s\": expected DEV:msgs=N or DEV:bytes=N with DEV "
-                  "one of the selected devices", spec.c_str());
-        return false;
-    }
-    g_inject.dev = dev;
-    g_inject.by_bytes = what == "bytes";
-    g_inject.limit = static_cast<uint64_t>(limit);
-    g_inject.armed.store(true);
-    VLOG_INFO(NCCL_INIT | NCCL_NET, "fault injection armed: dev %s fails after %llu %s",
-              st.devices[static_cast<size_t>(dev)].name.c_str(),
-              static_cast<unsigned long long>(limit), what.c_str());
-    return true;
+    return static_cast<RecvComm *>(static_cast<Comm *>(p));
 }
 
 int discover_locked(Global &st)
@@ -166,41 +109,54 @@ int discover_locked(Global &st)
     ParamLoad load = load_params(environment_source());
     if (!report_params(load)) return -EINVAL;
     st.params = load.values;
-    std::vector<IfaceInfo> ifaces;
-    if (int rc = list_interfaces(&ifaces); rc != 0) {
-        VLOG_WARN("getifaddrs failed: %s", strerror(-rc));
+    std::string why;
+    if (int rc = make_fabric(st.params, &st.fabric, &why); rc != 0) {
+        VLOG_WARN("no fabric: %s", why.c_str());
         return rc;
     }
-    std::string why;
-    std::vector<Device> devs;
-    if (select_devices(ifaces, st.params.socket_ifname, st.params.socket_family, &devs, &why) != 0) {
-        VLOG_WARN("bad interface selection: %s", why.c_str());
+    const std::vector<DeviceProps> &devs = st.fabric->devices();
+    if (!BackupPlan::parse(st.params.backup, devs, &st.backups, &why) ||
+        !st.injector.arm(st.params.inject_fail, devs, &why)) {
+        VLOG_WARN("%s", why.c_str());
+        st.fabric.reset();
         return -EINVAL;
     }
-    if (devs.empty()) {
-        VLOG_WARN("no network interface matches VIGIL_SOCKET_IFNAME=\"%s\"",
-                  st.params.socket_ifname.c_str());
-        return -EINVAL;
-    }
-    for (Device &d : devs) read_sysfs(&d, static_cast<int>(st.params.speed_mbps));
-    st.devices = std::move(devs);
-    if (!plan_backups(st) || !arm_injector(st)) return -EINVAL;
+    st.failover = failover_config(st.params);
+    st.telemetry = telemetry_config(st.params, devs);
     return 0;
 }
 
-// Port events from the link monitor (engine thread): every comm leaves paths on a dead port.
-void on_link_change(int dev, bool up)
+void start_telemetry_locked(Global &st, int *rc)
 {
-    Global &st = g();
-    if (up) {
-        std::lock_guard<std::mutex> lock(st.comms_mu);
-        for (SendComm *c : st.send_comms) c->port_up(dev);
-        return;
+    *rc = 0;
+    if (!st.params.telemetry) return;
+    const uint64_t window_ns = static_cast<uint64_t>(st.params.window_us) * 1000ull;
+    if (int e = telemetry::Registry::instance().open(window_ns, -1); e != 0)
+        VLOG_WARN("telemetry registry unavailable (%s); running without telemetry", strerror(-e));
+    else
+        VLOG_INFO(NCCL_INIT, "telemetry: %llu us windows in %s",
+                  static_cast<unsigned long long>(st.params.window_us),
+                  telemetry::Registry::instance().path().c_str());
+    if (!st.params.telemetry_dir.empty() && telemetry::Registry::instance().is_open()) {
+        if (int e = telemetry::start_writer(st.params.telemetry_dir,
+                                            static_cast<uint64_t>(st.params.telemetry_max_bytes));
+            e != 0) {
+            VLOG_WARN("bad VIGIL_TELEMETRY_DIR=\"%s\": %s", st.params.telemetry_dir.c_str(), strerror(-e));
+            *rc = -EINVAL;
+        }
     }
-    const std::string cause = "port " + st.devices[static_cast<size_t>(dev)].name + " down (netlink)";
-    std::lock_guard<std::mutex> lock(st.comms_mu);
-    for (SendComm *c : st.send_comms) c->port_down(dev, cause);
-    for (RecvComm *c : st.recv_comms) c->port_down(dev, cause);
+}
+
+std::string banner_devices(const Global &st)
+{
+    std::string out;
+    const std::vector<DeviceProps> &devs = st.fabric->devices();
+    for (size_t i = 0; i < devs.size(); ++i) {
+        const DeviceProps &d = devs[i];
+        out += " [" + std::to_string(i) + "] " + d.name + (d.address.empty() ? "" : " " + d.address) +
+               " " + std::to_string(d.speed_mbps) + "Mb/s" + (d.pci_path.empty() ? " virtual" : "");
+    }
+    return out;
 }
 
 } // namespace
@@ -219,45 +175,21 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
         st.discovered = true;
     }
     // Telemetry first: a bad VIGIL_TELEMETRY_DIR fails init before any thread starts.
-    if (st.params.telemetry) {
-        const uint64_t window_ns = static_cast<uint64_t>(st.params.window_us) * 1000ull;
-        if (int rc = telemetry::Registry::instance().open(window_ns, -1); rc != 0)
-            VLOG_WARN("telemetry registry unavailable (%s); running without telemetry", strerror(-rc));
-        else
-            VLOG_INFO(NCCL_INIT, "telemetry: %llu us windows in %s",
-                      static_cast<unsigned long long>(st.params.window_us),
-                      telemetry::Registry::instance().path().c_str());
-        if (!st.params.telemetry_dir.empty() && telemetry::Registry::instance().is_open()) {
-            if (int rc = telemetry::start_writer(st.params.telemetry_dir,
-                                                 static_cast<uint64_t>(st.params.telemetry_max_bytes));
-                rc != 0) {
-                VLOG_WARN("bad VIGIL_TELEMETRY_DIR=\"%s\": %s", st.params.telemetry_dir.c_str(),
-                          strerror(-rc));
-                return -EINVAL;
-            }
-        }
-    }
-    if (int rc = ProgressEngine::instance().start(); rc != 0) {
-        VLOG_WARN("cannot start the progress thread: %s", strerror(-rc));
+    int rc = 0;
+    start_telemetry_locked(st, &rc);
+    if (rc != 0) return rc;
+    if (int e = ProgressEngine::instance().start(); e != 0) {
+        VLOG_WARN("cannot start the progress thread: %s", strerror(-e));
         telemetry::stop_writer();
-        return rc;
+        return e;
     }
-    std::vector<std::string> names;
-    for (const Device &d : st.devices) names.push_back(d.name);
-    if (int rc = st.links.start(names, on_link_change); rc != 0)
-        VLOG_WARN("no link monitor (%s): port failures are found by the data path and the stall "
-                  "watchdog only", strerror(-rc));
+    if (int e = st.fabric->start_events(&st.comms); e != 0)
+        VLOG_WARN("no port events (%s): port failures are found by the data path and the stall "
+                  "watchdog only", strerror(-e));
     ++st.refs;
-    std::string devs;
-    for (size_t i = 0; i < st.devices.size(); ++i) {
-        const Device &d = st.devices[i];
-        const std::string addr = d.addr.to_string(); // port 0: print the address alone
-        devs += " [" + std::to_string(i) + "] " + d.name + " " + addr.substr(0, addr.rfind(':')) + " " +
-                std::to_string(d.speed_mbps) + "Mb/s" + (d.pci_path.empty() ? " virtual" : "");
-    }
-    VLOG_INFO(NCCL_INIT | NCCL_NET, "vigil %s loaded, ncclNet v%d, fabric tcp, %zu devices:%s; "
-              "backups %s", kPluginVersion, api_version, st.devices.size(), devs.c_str(),
-              st.params.backup.c_str());
+    VLOG_INFO(NCCL_INIT | NCCL_NET, "vigil %s loaded, ncclNet v%d, fabric %s, %zu devices:%s; "
+              "backups %s", kPluginVersion, api_version, st.fabric->name(),
+              st.fabric->devices().size(), banner_devices(st).c_str(), st.params.backup.c_str());
     return 0;
 }
 
@@ -267,8 +199,8 @@ void plugin_finalize()
     std::lock_guard<std::mutex> lock(st.mu);
     if (st.refs == 0) return;
     if (--st.refs > 0) return;
-    st.connectors.clear();
-    st.links.stop();
+    st.connects.clear();
+    st.fabric->stop_events();
     telemetry::stop_writer();
     ProgressEngine::instance().stop();
 }
@@ -296,17 +228,24 @@ void drop_context(void *ctx)
     plugin_finalize();
 }
 
+int context_traffic_class(void *ctx)
+{
+    std::lock_guard<std::mutex> lock(g().mu);
+    auto it = g().contexts.find(static_cast<NetContext *>(ctx));
+    return it == g().contexts.end() ? -1 : (*it)->traffic_class;
+}
+
 int device_count()
 {
     std::lock_guard<std::mutex> lock(g().mu);
-    return static_cast<int>(g().devices.size());
+    return g().fabric ? static_cast<int>(g().fabric->devices().size()) : 0;
 }
 
-const Device *device(int dev)
+const DeviceProps *device(int dev)
 {
     std::lock_guard<std::mutex> lock(g().mu);
-    if (dev < 0 || static_cast<size_t>(dev) >= g().devices.size()) return nullptr;
-    return &g().devices[static_cast<size_t>(dev)];
+    if (!g().fabric || dev < 0 || static_cast<size_t>(dev) >= g().fabric->devices().size()) return nullptr;
+    return &g().fabric->devices()[static_cast<size_t>(dev)];
 }
 
 const Params &params()
@@ -317,86 +256,75 @@ const Params &params()
 int listen(int dev, void *handle, void **listen_comm)
 {
     *listen_comm = nullptr;
-    const Device *d = device(dev);
+    const DeviceProps *d = device(dev);
     if (d == nullptr || handle == nullptr) {
         VLOG_WARN("listen on dev %d: %s", dev, d == nullptr ? "no such device" : "NULL handle");
         return -EINVAL;
     }
     ListenHandle h;
     auto lc = std::make_unique<ListenComm>();
-    if (int rc = tcp::TcpListener::create(g().devices, dev, params(), &h, &lc->listener); rc != 0)
-        return rc;
+    if (int rc = g().fabric->listen(dev, &h, &lc->listener); rc != 0) return rc;
     if (int rc = h.encode(static_cast<uint8_t *>(handle)); rc != 0) return rc;
     *listen_comm = lc.release();
     return 0;
 }
 
-int connect(int dev, void *handle, void **send_comm)
+int connect(int dev, void *handle, void **send_comm, int traffic_class)
 {
     *send_comm = nullptr;
-    const Device *d = device(dev);
+    const DeviceProps *d = device(dev);
     if (d == nullptr || handle == nullptr) {
         VLOG_WARN("connect from dev %d: %s", dev, d == nullptr ? "no such device" : "NULL handle");
         return -EINVAL;
     }
+    Global &st = g();
     auto *bytes = static_cast<uint8_t *>(handle);
     uint8_t *scratch = bytes + ListenHandle::kScratchOffset;
     uint32_t cookie;
     uint64_t id;
     std::memcpy(&cookie, scratch, sizeof(cookie));
     std::memcpy(&id, scratch + 4, sizeof(id));
-    tcp::TcpConnector *c = nullptr;
+    PendingConnect *pc = nullptr;
     {
-        std::lock_guard<std::mutex> lock(g().mu);
-        auto it = cookie == kScratchCookie ? g().connectors.find(id) : g().connectors.end();
-        if (it != g().connectors.end()) c = it->second.get();
+        std::lock_guard<std::mutex> lock(st.mu);
+        auto it = cookie == kScratchCookie ? st.connects.find(id) : st.connects.end();
+        if (it != st.connects.end()) pc = &it->second;
     }
-    if (c == nullptr) {
+    if (pc == nullptr) {
         ListenHandle h;
         std::string why;
         if (int rc = ListenHandle::decode(bytes, &h, &why); rc != 0) {
             VLOG_WARN("connect on dev %s: malformed handle: %s", d->name.c_str(), why.c_str());
             return -EINVAL;
         }
-        std::array<tcp::PathPlan, kMaxPaths> plan;
-        plan[kPrimary] = {dev, h.addrs[0]};
-        {
-            // Backup: the next candidate device in turn, to the listener's address on the same
-            // device index (rail-aligned), else on any of its other devices.
-            std::lock_guard<std::mutex> lock(g().mu);
-            const auto &cands = g().backup_candidates[static_cast<size_t>(dev)];
-            if (!cands.empty() && h.addrs.size() > 1) {
-                const int b = cands[g().backup_next[static_cast<size_t>(dev)]++ % cands.size()];
-                size_t pick = 0;
-                for (size_t i = 1; i < h.addrs.size(); ++i)
-                    if (h.addr_devs[i] == b || (pick == 0 && h.addr_devs[i] != h.addr_devs[0]))
-                        pick = h.addr_devs[i] == b || pick == 0 ? i : pick;
-                if (pick != 0) plan[kBackup] = {b, h.addrs[pick]};
-            }
-        }
-        auto owned = std::make_unique<tcp::TcpConnector>(g().devices, plan, h, params());
-        c = owned.get();
+        PendingConnect fresh;
+        fresh.plan = st.backups.plan(dev, h, traffic_class);
+        if (int rc = st.fabric->connect(fresh.plan, h, &fresh.connector); rc != 0) return rc;
         do random_bytes(&id, sizeof(id));
         while (id == 0);
-        std::lock_guard<std::mutex> lock(g().mu);
-        g().connectors.emplace(id, std::move(owned));
+        std::lock_guard<std::mutex> lock(st.mu);
+        pc = &st.connects.emplace(id, std::move(fresh)).first->second;
         cookie = kScratchCookie;
         std::memcpy(scratch, &cookie, sizeof(cookie));
         std::memcpy(scratch + 4, &id, sizeof(id));
     }
-    std::unique_ptr<SendComm> comm;
-    int rc = c->progress(&comm);
-    if (rc != 0 || comm) {
-        std::lock_guard<std::mutex> lock(g().mu);
-        g().connectors.erase(id);
+    SendPaths paths;
+    int rc = pc->connector->progress(&paths);
+    const ConnectPlan plan = pc->plan;
+    if (rc != 0 || paths.paths[kPrimary]) {
+        std::lock_guard<std::mutex> lock(st.mu);
+        st.connects.erase(id);
         std::memset(scratch, 0, ListenHandle::kScratchSize);
     }
-    if (rc != 0) return rc;
-    if (comm) {
-        std::lock_guard<std::mutex> lock(g().comms_mu);
-        g().send_comms.insert(comm.get());
+    if (rc != 0 || !paths.paths[kPrimary]) return rc;
+    auto comm = std::make_unique<SendComm>(std::move(paths), plan.local_dev, st.failover, st.telemetry);
+    if (int e = comm->attach(); e != 0) {
+        VLOG_WARN("connect: progress engine registration failed: %s", strerror(-e));
+        return e;
     }
-    *send_comm = comm.release();
+    VLOG_INFO(NCCL_NET | NCCL_INIT, "connected %s", comm->describe().c_str());
+    st.comms.add(comm.get());
+    *send_comm = static_cast<Comm *>(comm.release());
     return 0;
 }
 
@@ -404,31 +332,69 @@ int accept(void *listen_comm, void **recv_comm)
 {
     *recv_comm = nullptr;
     auto *lc = static_cast<ListenComm *>(listen_comm);
-    std::unique_ptr<RecvComm> comm;
-    if (int rc = lc->listener->accept(&comm); rc != 0) return rc;
-    if (comm) {
-        std::lock_guard<std::mutex> lock(g().comms_mu);
-        g().recv_comms.insert(comm.get());
+    RecvPaths paths;
+    if (int rc = lc->listener->accept(&paths); rc != 0) return rc;
+    if (!paths.paths[kPrimary]) return 0;
+    const std::array<int, kMaxPaths> devs = paths.devs;
+    auto comm = std::make_unique<RecvComm>(std::move(paths), devs, g().failover, g().telemetry);
+    if (int e = comm->attach(); e != 0) {
+        VLOG_WARN("accept: progress engine registration failed: %s", strerror(-e));
+        return e;
     }
-    *recv_comm = comm.release();
+    VLOG_INFO(NCCL_NET | NCCL_INIT, "accepted %s", comm->describe().c_str());
+    g().comms.add(comm.get());
+    *recv_comm = static_cast<Comm *>(comm.release());
     return 0;
 }
 
-int reg_mr(void * /*comm*/, void *data, size_t size, int type, void **mhandle)
+namespace {
+
+// Registers `data` on every device the comm's paths use, so a failover registers nothing.
+template <class Reg> int register_region(void *comm, void *data, size_t size, int type, void **mhandle, Reg reg)
 {
     *mhandle = nullptr;
-    if (type != NCCL_PTR_HOST) {
-        VLOG_WARN("regMr of %zu bytes with type %d: the tcp fabric supports host memory only",
-                  size, type);
+    if (comm == nullptr) {
+        VLOG_WARN("regMr with a NULL comm");
         return -EINVAL;
     }
-    *mhandle = new Mr{data, size};
+    auto m = std::make_unique<MemRegion>();
+    m->base = static_cast<const uint8_t *>(data);
+    m->size = size;
+    m->type = type;
+    size_t k = 0;
+    for (int dev : static_cast<Comm *>(comm)->devices()) {
+        if (dev < 0 || m->on(dev) != nullptr) continue;
+        bool seen = false;
+        for (size_t j = 0; j < k; ++j) seen = seen || m->devs[j].dev == dev;
+        if (seen) continue;
+        std::shared_ptr<FabricMr> mr;
+        if (int rc = reg(dev, &mr); rc != 0) return rc;
+        m->devs[k++] = MemRegion::OnDevice{dev, std::move(mr)};
+    }
+    *mhandle = m.release();
     return 0;
+}
+
+} // namespace
+
+int reg_mr(void *comm, void *data, size_t size, int type, void **mhandle)
+{
+    return register_region(comm, data, size, type, mhandle, [&](int dev, std::shared_ptr<FabricMr> *mr) {
+        return g().fabric->reg_mr(dev, data, size, type, mr);
+    });
+}
+
+int reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd, void **mhandle)
+{
+    return register_region(comm, data, size, type, mhandle, [&](int dev, std::shared_ptr<FabricMr> *mr) {
+        return g().fabric->reg_mr_dmabuf(dev, data, size, type, offset, fd, mr);
+    });
 }
 
 int dereg_mr(void * /*comm*/, void *mhandle)
 {
-    delete static_cast<Mr *>(mhandle);
+    // Requests still in flight keep their own reference: the registration outlives them.
+    MemRegion::unref(static_cast<MemRegion *>(mhandle));
     return 0;
 }
 
@@ -437,32 +403,25 @@ void set_profiler_callback(ncclProfilerCallback_t cb)
     if (cb != nullptr) SendComm::set_profiler(cb);
 }
 
-int isend(void *send_comm, void *data, size_t size, int tag, void * /*mhandle*/, void **request,
+int isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request,
           void *phandle)
 {
-    auto *c = static_cast<SendComm *>(send_comm);
+    SendComm *c = as_send(send_comm);
     Request *r = nullptr;
-    int rc = c->isend(data, size, tag, &r, phandle);
+    int rc = c->isend(data, size, tag, static_cast<MemRegion *>(mhandle), &r, phandle);
     *request = r;
-    if (g_inject.armed.load(std::memory_order_relaxed) && r != nullptr &&
-        c->active_dev() == g_inject.dev) {
-        const uint64_t n = g_inject.count.fetch_add(g_inject.by_bytes ? size : 1) +
-                           (g_inject.by_bytes ? size : 1);
-        if (n >= g_inject.limit && g_inject.armed.exchange(false)) {
-            VLOG_WARN("fault injection: failing dev %s now (after %llu %s)",
-                      g().devices[static_cast<size_t>(g_inject.dev)].name.c_str(),
-                      static_cast<unsigned long long>(n), g_inject.by_bytes ? "bytes" : "messages");
-            c->fail_path(kPrimary, "injected failure (VIGIL_INJECT_FAIL)", true);
-        }
-    }
+    if (r != nullptr) g().injector.on_send(*c, size);
     return rc;
 }
 
 int irecv(void *recv_comm, int n, void **data, const size_t *sizes, const int *tags,
-          void ** /*mhandles*/, void **request)
+          void **mhandles, void **request)
 {
+    std::array<MemRegion *, kMaxRecvs> mrs{};
+    if (mhandles != nullptr)
+        for (int i = 0; i < n && i < kMaxRecvs; ++i) mrs[static_cast<size_t>(i)] = static_cast<MemRegion *>(mhandles[i]);
     Request *r = nullptr;
-    int rc = static_cast<RecvComm *>(recv_comm)->irecv(n, data, sizes, tags, &r);
+    int rc = as_recv(recv_comm)->irecv(n, data, sizes, tags, mrs.data(), &r);
     *request = r;
     return rc;
 }
@@ -484,26 +443,20 @@ int test(void *request, int *done, int *sizes)
 
 int close_send(void *send_comm)
 {
-    auto *c = static_cast<SendComm *>(send_comm);
-    if (c == nullptr) return 0;
-    {
-        std::lock_guard<std::mutex> lock(g().comms_mu);
-        g().send_comms.erase(c);
-    }
-    c->detach();
+    if (send_comm == nullptr) return 0;
+    SendComm *c = as_send(send_comm);
+    g().comms.remove(c);
+    c->close();
     delete c;
     return 0;
 }
 
 int close_recv(void *recv_comm)
 {
-    auto *c = static_cast<RecvComm *>(recv_comm);
-    if (c == nullptr) return 0;
-    {
-        std::lock_guard<std::mutex> lock(g().comms_mu);
-        g().recv_comms.erase(c);
-    }
-    c->detach();
+    if (recv_comm == nullptr) return 0;
+    RecvComm *c = as_recv(recv_comm);
+    g().comms.remove(c);
+    c->close();
     delete c;
     return 0;
 }

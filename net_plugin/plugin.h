@@ -2,12 +2,13 @@
 // The net plugin's C++ core API, one function per ncclNet entry point, in NCCL's terms but
 // free of NCCL's versioned types. The ABI shims (abi_net.cc) translate every ncclNet_vN onto
 // this; nothing here throws to the caller except std::bad_alloc (caught by the shims' guard).
+// The comms handed to NCCL are `Comm*` (regMr/deregMr take either kind).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "devices.h"
+#include "fabric.h"
 #include "nccl_abi/nccl_common.h"
 #include "params.h"
 
@@ -16,7 +17,7 @@ namespace vigil::net {
 /// Plugin name NCCL matches NCCL_NET against.
 inline constexpr const char *kPluginName = "vigil";
 /// Plugin version printed in the banner.
-inline constexpr const char *kPluginVersion = "0.1.0";
+inline constexpr const char *kPluginVersion = "0.2.0";
 
 /// Per-communicator context handed out by v11+ init().
 struct NetContext {
@@ -25,9 +26,9 @@ struct NetContext {
 };
 
 /// Global (process-wide) set-up, reference-counted: the first call loads VIGIL_* variables,
-/// discovers devices, starts the progress engine and logs the banner naming `api_version`;
-/// later calls only count. Returns 0, or -EINVAL (bad variable, no device) after WARNs.
-/// Thread-safe.
+/// opens the fabric (VIGIL_FABRIC) and its devices, starts the progress engine and port
+/// events and logs the banner naming `api_version`; later calls only count. Returns 0, or
+/// -EINVAL (bad variable, no device) after WARNs. Thread-safe.
 int plugin_init(ncclDebugLogger_t logger, int api_version);
 /// Remembers NCCL's profiler callback (v10+ init) for net-plugin events; NULL is ignored.
 void set_profiler_callback(ncclProfilerCallback_t cb);
@@ -39,18 +40,23 @@ void plugin_finalize();
 NetContext *make_context(uint64_t comm_id, int traffic_class, ncclDebugLogger_t logger,
                          int api_version, int *rc);
 void drop_context(void *ctx);
+/// Traffic class of a v11+ context (-1: unset, or not a context of ours).
+int context_traffic_class(void *ctx);
 
-/// Devices found by the first init (stable afterwards). device() returns nullptr when out
-/// of range.
+/// Devices of the fabric opened by the first init (stable afterwards). device() returns
+/// nullptr when out of range.
 int device_count();
-const Device *device(int dev);
+const DeviceProps *device(int dev);
 const Params &params();
 
 /// Entry points; return 0 or -errno (mapped by to_nccl_result at the boundary).
 int listen(int dev, void *handle, void **listen_comm);
-int connect(int dev, void *handle, void **send_comm);
+/// `traffic_class`: NCCL's per-communicator value (v10 connect config, v11+ context), -1: unset.
+int connect(int dev, void *handle, void **send_comm, int traffic_class = -1);
 int accept(void *listen_comm, void **recv_comm);
 int reg_mr(void *comm, void *data, size_t size, int type, void **mhandle);
+int reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                  void **mhandle);
 int dereg_mr(void *comm, void *mhandle);
 int isend(void *send_comm, void *data, size_t size, int tag, void *mhandle, void **request,
           void *phandle = nullptr);

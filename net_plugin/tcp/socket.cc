@@ -27,7 +27,7 @@ int tune_socket(int fd, long buf_bytes)
     return 0;
 }
 
-std::string describe_socket(int fd)
+void socket_endpoints(int fd, std::string *local, std::string *peer)
 {
     sockaddr_storage a{}, b{};
     socklen_t la = sizeof(a), lb = sizeof(b);
@@ -39,7 +39,8 @@ std::string describe_socket(int fd)
     if (getpeername(fd, reinterpret_cast<sockaddr *>(&b), &lb) == 0 &&
         Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&b), &p))
         ps = p.to_string();
-    return ls + " -> " + ps;
+    *local = ls;
+    *peer = ps;
 }
 
 } // namespace vigil::net::tcp

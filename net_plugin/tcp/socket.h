@@ -57,7 +57,7 @@ private:
 int make_socket(int family);
 /// TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when buf_bytes > 0. Returns 0 or -errno.
 int tune_socket(int fd, long buf_bytes);
-/// Local and peer endpoint of a connected socket ("?" parts on failure).
-std::string describe_socket(int fd);
+/// Local and peer endpoint of a connected socket ("?" on failure).
+void socket_endpoints(int fd, std::string *local, std::string *peer);
 
 } // namespace vigil::net::tcp

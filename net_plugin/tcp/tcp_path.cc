@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// TCP path data movement: chunking over streams, direct placement, cumulative acks.
+// TCP path data movement: chunking over streams, control frames, direct placement, the back
+// channel (acks, CTS groups, failover requests, goodbye).
 #include "tcp_path.h"
 
 #include <algorithm>
@@ -11,7 +12,7 @@
 namespace vigil::net::tcp {
 namespace {
 
-constexpr int kMaxIov = 64;     // iovecs per sendmsg (32 frames)
+constexpr int kMaxIov = 64;                 // iovecs per sendmsg (32 frames)
 constexpr size_t kGatherBytes = 256 * 1024; // stop gathering small frames beyond this
 
 std::string errno_detail(const char *what, int err)
@@ -19,13 +20,19 @@ std::string errno_detail(const char *what, int err)
     return std::string(what) + ": " + strerror(err);
 }
 
+void fail(PathStatus *st, int err, std::string detail, bool fatal = false)
+{
+    st->error = err;
+    st->fatal = fatal;
+    st->detail = std::move(detail);
+}
+
 } // namespace
 
 // ---- send -------------------------------------------------------------------------------
 
-TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, int local_dev, uint32_t gen,
-                         size_t chunk_bytes, std::string desc)
-    : local_dev_(local_dev), gen_(gen), chunk_(chunk_bytes), desc_(std::move(desc))
+TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, PathIdentity id, size_t chunk_bytes)
+    : id_(std::move(id)), chunk_(chunk_bytes)
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -34,17 +41,40 @@ TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, int local_dev, uint32_t gen,
     }
 }
 
-void TcpSendPath::begin(uint64_t first_seq, uint32_t gen)
+TcpSendPath::~TcpSendPath()
+{
+    for (Stream &s : streams_) s.fd.close_orderly();
+}
+
+void TcpSendPath::control(FrameHeader::Kind kind, uint64_t seq, uint8_t entry, uint64_t path)
+{
+    // Only between frames of stream 0, so the stream stays a sequence of whole frames.
+    if (streams_[0].cur.written != 0 || ctl_len_ + FrameHeader::kSize > ctl_.size()) return;
+    FrameHeader h;
+    h.kind = kind;
+    h.gen = gen_;
+    h.seq = seq;
+    h.entry = entry;
+    h.path = path;
+    h.encode(ctl_.data() + ctl_len_);
+    ctl_len_ += FrameHeader::kSize;
+}
+
+void TcpSendPath::begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id)
 {
     end_seq_ = first_seq;
     next_first_ = 0;
     gen_ = gen;
     for (Stream &s : streams_) s.cur = Cursor{first_seq, 0, false, 0};
+    control(FrameHeader::kGeneration, first_seq,
+            abandoned >= 0 ? static_cast<uint8_t>(abandoned) : FrameHeader::kNoSlot, abandoned_id);
+    PathStatus ignored; // errors show on the next progress()
+    pump(streams_[0], &ignored);
 }
 
 bool TcpSendPath::idle() const
 {
-    if (probe_off_ != FrameHeader::kSize) return false;
+    if (ctl_off_ != ctl_len_) return false;
     for (const Stream &s : streams_) {
         Cursor c = s.cur;
         if (seek(s.index, &c)) return false;
@@ -71,18 +101,16 @@ void TcpSendPath::skip_to(uint64_t seq)
 void TcpSendPath::probe()
 {
     if (!idle()) return;
-    FrameHeader h;
-    h.gen = gen_;
-    h.seq = kProbeSeq;
-    h.encode(probe_.data());
-    probe_off_ = 0;
-    PathStatus ignored;
-    pump(streams_[0], &ignored); // errors show on the next progress()
+    control(FrameHeader::kProbe, 0, 0);
+    PathStatus ignored; // errors show on the next progress()
+    pump(streams_[0], &ignored);
 }
 
-TcpSendPath::~TcpSendPath()
+void TcpSendPath::goodbye()
 {
-    for (Stream &s : streams_) s.fd.close_orderly();
+    control(FrameHeader::kGoodbye, 0, 0);
+    PathStatus ignored; // best effort: the streams close right after
+    pump(streams_[0], &ignored);
 }
 
 void TcpSendPath::sabotage()
@@ -121,10 +149,12 @@ bool TcpSendPath::seek(uint32_t stream, Cursor *c) const
 void TcpSendPath::frame(const Cursor &c, FrameHeader *h, const uint8_t **payload) const
 {
     const Msg &d = ring_[c.seq % kMaxInflight];
+    h->kind = FrameHeader::kData;
+    h->entry = static_cast<uint8_t>(d.m.entry);
     h->gen = gen_;
     h->seq = d.m.seq;
-    h->size = d.m.size;
-    h->offset = c.chunk * chunk_;
+    h->size = static_cast<uint32_t>(d.m.size);
+    h->offset = static_cast<uint32_t>(c.chunk * chunk_);
     h->len = static_cast<uint32_t>(std::min<uint64_t>(chunk_, d.m.size - h->offset));
     h->tag = d.m.tag;
     *payload = d.m.data + h->offset;
@@ -133,17 +163,16 @@ void TcpSendPath::frame(const Cursor &c, FrameHeader *h, const uint8_t **payload
 int TcpSendPath::pump(Stream &s, PathStatus *st)
 {
     const uint32_t nstreams = static_cast<uint32_t>(streams_.size());
-    // A probe is only started between frames, so it finishes before stream 0 carries more.
-    while (s.index == 0 && probe_off_ < FrameHeader::kSize) {
-        ssize_t n = send(s.fd.get(), probe_.data() + probe_off_, FrameHeader::kSize - probe_off_,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+    // Control frames go out between data frames of stream 0, before the next one.
+    while (s.index == 0 && s.cur.written == 0 && ctl_off_ < ctl_len_) {
+        ssize_t n = send(s.fd.get(), ctl_.data() + ctl_off_, ctl_len_ - ctl_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
-            probe_off_ += static_cast<size_t>(n);
+            ctl_off_ += static_cast<size_t>(n);
+            if (ctl_off_ == ctl_len_) ctl_off_ = ctl_len_ = 0;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             return 0;
         } else if (n < 0 && errno != EINTR) {
-            st->error = -errno;
-            st->detail = errno_detail("probe send failed", errno);
+            fail(st, -errno, errno_detail("control frame send failed", errno));
             return st->error;
         }
     }
@@ -184,8 +213,7 @@ int TcpSendPath::pump(Stream &s, PathStatus *st)
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
             if (errno == EINTR) continue;
-            st->error = -errno;
-            st->detail = errno_detail("stream send failed", errno);
+            fail(st, -errno, errno_detail("stream send failed", errno));
             return st->error;
         }
         // Advance the real cursor by n bytes across the gathered frames.
@@ -210,131 +238,180 @@ int TcpSendPath::pump(Stream &s, PathStatus *st)
     }
 }
 
-int TcpSendPath::read_acks(uint64_t *acked_seq, PathStatus *st)
+void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
 {
     const int fd = streams_[0].fd.get();
     for (;;) {
-        ssize_t n = recv(fd, ackbuf_.data() + ack_got_, ackbuf_.size() - ack_got_, MSG_DONTWAIT);
-        if (n > 0) {
-            ack_got_ += static_cast<size_t>(n);
-            if (ack_got_ < ackbuf_.size()) continue;
-            ack_got_ = 0;
-            st->heard = true;
-            if (get_le(ackbuf_.data(), 4) == FailoverRequest::kMagic) {
-                st->failover_requested = true;
-                st->failed_slot = static_cast<uint32_t>(get_le(ackbuf_.data() + 4, 4));
+        const size_t want = back_have_hdr_ ? BackHeader::kSize + back_hdr_.payload() : BackHeader::kSize;
+        if (back_got_ < want) {
+            ssize_t n = recv(fd, back_.data() + back_got_, want - back_got_, MSG_DONTWAIT);
+            if (n > 0) {
+                back_got_ += static_cast<size_t>(n);
                 continue;
             }
-            // Acks of any generation are true statements about what the receiver holds.
-            AckFrame a;
-            if (!a.decode(ackbuf_.data())) {
-                st->error = -EPROTO;
-                st->detail = "malformed ack from the receiver";
-                return st->error;
+            if (n == 0) {
+                if (!goodbye_seen_)
+                    fail(st, -ECONNRESET, "the receiver closed the path without a goodbye");
+                st->peer_eof = !goodbye_seen_;
+                return;
             }
-            st->receiver_bound = (a.gen & AckFrame::kAppBound) != 0 ? 1 : 0;
-            *acked_seq = std::max(*acked_seq, a.ack_seq);
-            continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (errno == EINTR) continue;
+            fail(st, -errno, errno_detail("back channel receive failed", errno));
+            return;
         }
-        if (n == 0) {
+        if (!back_have_hdr_) {
+            if (const char *bad = back_hdr_.decode(back_.data())) {
+                fail(st, -EPROTO, std::string("back channel from the receiver: ") + bad, true);
+                return;
+            }
+            back_have_hdr_ = true;
+            if (back_hdr_.payload() > 0) continue;
+        }
+        // One whole message in back_.
+        back_have_hdr_ = false;
+        back_got_ = 0;
+        st->heard = true;
+        switch (back_hdr_.kind) {
+        case BackHeader::kAck:
+            sink.acked(back_hdr_.value); // acks of any generation are true statements
+            break;
+        case BackHeader::kFailoverRequest:
+            st->failover_requested = true;
+            st->failed_slot = back_hdr_.arg;
+            break;
+        case BackHeader::kGoodbye:
+            goodbye_seen_ = true;
             st->peer_closed = true;
-            return 0;
+            return;
+        case BackHeader::kCts: {
+            CtsGroup g;
+            g.index = back_hdr_.value;
+            const uint8_t *p = back_.data() + BackHeader::kSize;
+            g.first_seq = get_le(p, 8);
+            g.n = back_hdr_.count;
+            for (int k = 0; k < g.n; ++k) {
+                const uint8_t *e = p + 8 + static_cast<size_t>(k) * BackHeader::kEntrySize;
+                CtsEntry &ce = g.entries[static_cast<size_t>(k)];
+                ce.size = get_le(e, 8);
+                ce.tag = static_cast<int32_t>(get_le(e + 8, 4));
+                if (get_le(e + 12, 4) != 0) {
+                    fail(st, -EPROTO, "CTS entry from the receiver with a non-zero reserved field", true);
+                    return;
+                }
+            }
+            if (sink.cts(g) != 0) {
+                fail(st, -EPROTO, "the receiver's CTS group " + std::to_string(g.index) +
+                                      " contradicts the protocol", true);
+                return;
+            }
+            break;
         }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-        if (errno == EINTR) continue;
-        st->error = -errno;
-        st->detail = errno_detail("ack stream receive failed", errno);
-        return st->error;
+        default:
+            break; // decode() admits no other kind
+        }
     }
 }
 
-PathStatus TcpSendPath::progress(uint64_t *acked_seq)
+PathStatus TcpSendPath::progress(SendSink &sink)
 {
     PathStatus st;
     for (Stream &s : streams_)
         if (pump(s, &st) != 0) return st;
-    read_acks(acked_seq, &st);
+    read_back(sink, &st);
     return st;
 }
 
 // ---- receive ----------------------------------------------------------------------------
 
-TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, int local_dev, std::string desc)
-    : local_dev_(local_dev), desc_(std::move(desc))
+TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, PathIdentity id) : id_(std::move(id))
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
         streams_[i].fd = std::move(fds[i]);
         streams_[i].stage = std::make_unique<uint8_t[]>(kStageBytes);
     }
+    out_.reserve(4096);
+}
+
+TcpRecvPath::~TcpRecvPath()
+{
+    for (Stream &s : streams_) s.fd.close_orderly();
+}
+
+bool TcpRecvPath::on_header(Stream &s, RecvSink &sink, PathStatus *st)
+{
+    switch (s.h.kind) {
+    case FrameHeader::kProbe:
+        return true;
+    case FrameHeader::kGoodbye:
+        goodbye_seen_ = true;
+        return true;
+    case FrameHeader::kGeneration:
+        sink.generation(s.h.gen, s.h.seq, s.h.entry == FrameHeader::kNoSlot ? -1 : s.h.entry, s.h.path);
+        return true;
+    default:
+        break;
+    }
+    const Placement p = sink.locate(s.h.gen, s.h.seq, s.h.tag, s.h.size, s.h.entry);
+    if (p.kind == Placement::kError) {
+        fail(st, p.error,
+             "frame seq " + std::to_string(s.h.seq) + " tag " + std::to_string(s.h.tag) + " size " +
+                 std::to_string(s.h.size) + " for buffer " + std::to_string(s.h.entry) +
+                 (p.error == -EMSGSIZE ? " larger than the posted receive buffer"
+                                       : " matches no advertised receive"),
+             true);
+        return false;
+    }
+    s.discard = p.kind == Placement::kDiscard;
+    s.dest = s.discard || p.dest == nullptr ? nullptr : p.dest + s.h.offset;
+    s.remaining = s.h.len;
+    s.state = Stream::kPayload;
+    return true;
 }
 
 bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
 {
     bool moved = false;
-    auto fail = [&](int err, std::string detail) {
-        st->error = err;
-        st->detail = std::move(detail);
-        return moved;
-    };
     for (;;) {
         if (s.state == Stream::kHeader) {
             if (s.hi - s.lo >= FrameHeader::kSize) {
-                if (!s.have_header) {
-                    const char *bad = s.h.decode(s.stage.get() + s.lo, kMaxMessageBytes);
-                    if (bad != nullptr) return fail(-EPROTO, bad);
-                    if (s.h.seq == kProbeSeq) {
-                        if (s.h.size != 0) return fail(-EPROTO, "probe frame with a payload");
-                        s.lo += FrameHeader::kSize;
-                        moved = true;
-                        continue;
-                    }
-                    s.have_header = true;
-                }
-                Placement p = sink.locate(s.h.gen, s.h.seq, s.h.tag, s.h.size);
-                if (p.kind == Placement::kNotPosted) return moved;
-                if (p.kind == Placement::kError)
-                    return fail(p.error, "frame seq " + std::to_string(s.h.seq) + " tag " +
-                                             std::to_string(s.h.tag) + " size " +
-                                             std::to_string(s.h.size) +
-                                             (p.error == -EMSGSIZE
-                                                  ? " larger than the posted receive buffer"
-                                                  : " matches no posted receive"));
-                s.discard = p.kind == Placement::kDiscard;
-                s.dest = s.discard || p.dest == nullptr ? nullptr : p.dest + s.h.offset;
-                s.remaining = s.h.len;
-                s.lo += FrameHeader::kSize;
-                s.have_header = false;
-                s.state = Stream::kPayload;
-                moved = true;
-            } else {
-                if (s.eof) {
-                    if (s.hi == s.lo) st->peer_closed = true;
-                    else return fail(-ECONNRESET, "connection closed inside a frame header");
+                if (const char *bad = s.h.decode(s.stage.get() + s.lo, kMaxMessageBytes)) {
+                    fail(st, -EPROTO, bad, true);
                     return moved;
                 }
-                if (s.lo > 0) {
-                    std::memmove(s.stage.get(), s.stage.get() + s.lo, s.hi - s.lo);
-                    s.hi -= s.lo;
-                    s.lo = 0;
-                }
-                ssize_t n = recv(s.fd.get(), s.stage.get() + s.hi, kStageBytes - s.hi, MSG_DONTWAIT);
-                if (n > 0) {
-                    s.hi += static_cast<size_t>(n);
-                    moved = true;
-                    st->heard = true;
-                    continue;
-                }
-                if (n == 0) {
-                    s.eof = true;
-                    continue;
-                }
-                if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
-                if (errno == EINTR) continue;
-                return fail(-errno, errno_detail("stream receive failed", errno));
+                s.lo += FrameHeader::kSize;
+                moved = true;
+                if (!on_header(s, sink, st)) return moved;
+                continue;
             }
+            if (s.eof) {
+                if (s.hi != s.lo) fail(st, -ECONNRESET, "connection closed inside a frame header");
+                return moved;
+            }
+            if (s.lo > 0) {
+                std::memmove(s.stage.get(), s.stage.get() + s.lo, s.hi - s.lo);
+                s.hi -= s.lo;
+                s.lo = 0;
+            }
+            ssize_t n = recv(s.fd.get(), s.stage.get() + s.hi, kStageBytes - s.hi, MSG_DONTWAIT);
+            if (n > 0) {
+                s.hi += static_cast<size_t>(n);
+                moved = true;
+                st->heard = true;
+                continue;
+            }
+            if (n == 0) {
+                s.eof = true;
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
+            if (errno == EINTR) continue;
+            fail(st, -errno, errno_detail("stream receive failed", errno));
+            return moved;
         }
-        // kPayload
+        // kPayload. Ask before every write: a newer generation or a completed message turns
+        // the rest of the frame into a discard (invariant 2).
         if (s.remaining > 0 && !s.discard && !sink.still_wanted(s.h.gen, s.h.seq)) s.discard = true;
         if (s.remaining > 0) {
             if (s.hi > s.lo) {
@@ -347,7 +424,12 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                 s.remaining -= k;
                 moved = true;
             } else {
-                if (s.eof) return fail(-ECONNRESET, "connection closed inside a frame payload");
+                if (s.eof) {
+                    fail(st, -ECONNRESET, "connection closed inside a frame payload");
+                    return moved;
+                }
+                // Large remainders go straight into the receive buffer; small ones (and
+                // discards) through the staging buffer, which may also take the next headers.
                 uint8_t *to;
                 size_t want;
                 s.lo = s.hi = 0;
@@ -377,7 +459,8 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                 } else if (errno == EINTR) {
                     continue;
                 } else {
-                    return fail(-errno, errno_detail("stream receive failed", errno));
+                    fail(st, -errno, errno_detail("stream receive failed", errno));
+                    return moved;
                 }
             }
         }
@@ -385,26 +468,67 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
             s.state = Stream::kHeader;
             moved = true;
             if (!s.discard) {
-                if (int rc = sink.landed(s.h.seq, s.h.len, s.h.gen); rc != 0)
-                    return fail(rc, "frame seq " + std::to_string(s.h.seq) +
-                                        " carries more bytes than its message");
+                if (int rc = sink.landed(s.h.seq, s.h.len, s.h.gen); rc != 0) {
+                    fail(st, rc, "frame seq " + std::to_string(s.h.seq) + " carries more bytes than its message", true);
+                    return moved;
+                }
             }
         }
     }
 }
 
-void TcpRecvPath::set_app_bound(bool bound)
+void TcpRecvPath::queue_back(const BackHeader &h, const uint8_t *payload, size_t n)
 {
-    if (bound == app_bound_) return;
-    app_bound_ = bound;
-    heartbeat_pending_ = true;
-    PathStatus ignored; // errors show on the next progress()
-    flush_ack(&ignored);
+    if (out_.size() - out_off_ + BackHeader::kSize + n > kMaxBackQueue) {
+        out_overflow_ = true;
+        return;
+    }
+    const size_t at = out_.size();
+    out_.resize(at + BackHeader::kSize + n);
+    h.encode(out_.data() + at);
+    if (n > 0) std::memcpy(out_.data() + at + BackHeader::kSize, payload, n);
 }
 
-TcpRecvPath::~TcpRecvPath()
+void TcpRecvPath::advertise(const CtsGroup &g)
 {
-    for (Stream &s : streams_) s.fd.close_orderly();
+    std::array<uint8_t, 8 + BackHeader::kMaxEntries * BackHeader::kEntrySize> p{};
+    put_le(p.data(), g.first_seq, 8);
+    for (int k = 0; k < g.n; ++k) {
+        uint8_t *e = p.data() + 8 + static_cast<size_t>(k) * BackHeader::kEntrySize;
+        put_le(e, g.entries[static_cast<size_t>(k)].size, 8);
+        put_le(e + 8, static_cast<uint32_t>(g.entries[static_cast<size_t>(k)].tag), 4);
+    }
+    BackHeader h;
+    h.kind = BackHeader::kCts;
+    h.count = static_cast<uint8_t>(g.n);
+    h.value = g.index;
+    queue_back(h, p.data(), 8 + static_cast<size_t>(g.n) * BackHeader::kEntrySize);
+    PathStatus ignored; // errors show on the next progress()
+    flush_back(&ignored);
+}
+
+void TcpRecvPath::request_failover(uint32_t failed_slot)
+{
+    BackHeader h;
+    h.kind = BackHeader::kFailoverRequest;
+    h.arg = failed_slot;
+    queue_back(h, nullptr, 0);
+    PathStatus ignored;
+    flush_back(&ignored);
+}
+
+void TcpRecvPath::goodbye()
+{
+    BackHeader h;
+    h.kind = BackHeader::kGoodbye;
+    queue_back(h, nullptr, 0);
+    PathStatus ignored; // best effort: the streams close right after
+    flush_back(&ignored);
+}
+
+void TcpRecvPath::fence()
+{
+    for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
 }
 
 void TcpRecvPath::sabotage()
@@ -412,43 +536,42 @@ void TcpRecvPath::sabotage()
     for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
 }
 
-void TcpRecvPath::flush_ack(PathStatus *st)
+void TcpRecvPath::flush_back(PathStatus *st)
 {
-    for (;;) {
-        if (ackout_off_ == AckFrame::kSize) {
-            if (failover_pending_) {
-                put_le(ackout_.data(), FailoverRequest::kMagic, 4);
-                put_le(ackout_.data() + 4, failover_slot_, 4);
-                put_le(ackout_.data() + 8, sent_ack_, 8);
-                failover_pending_ = false;
-            } else if (pending_ack_ != sent_ack_ || heartbeat_pending_) {
-                AckFrame{ack_gen_ | (app_bound_ ? AckFrame::kAppBound : 0u), pending_ack_}.encode(ackout_.data());
-                sent_ack_ = pending_ack_;
-                heartbeat_pending_ = false;
-            } else {
-                return;
-            }
-            ackout_off_ = 0;
-        }
-        ssize_t n = send(streams_[0].fd.get(), ackout_.data() + ackout_off_,
-                         AckFrame::kSize - ackout_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (out_overflow_) {
+        fail(st, -ENOBUFS, "the sender stopped reading the back channel");
+        return;
+    }
+    if (pending_ack_ != sent_ack_ || heartbeat_pending_) {
+        BackHeader h;
+        h.kind = BackHeader::kAck;
+        h.arg = ack_gen_;
+        h.value = pending_ack_;
+        queue_back(h, nullptr, 0);
+        sent_ack_ = pending_ack_;
+        heartbeat_pending_ = false;
+    }
+    while (out_off_ < out_.size()) {
+        ssize_t n = send(streams_[0].fd.get(), out_.data() + out_off_, out_.size() - out_off_,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
-            ackout_off_ += static_cast<size_t>(n);
+            out_off_ += static_cast<size_t>(n);
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (n < 0 && errno == EINTR) continue;
-        st->error = n < 0 ? -errno : -ECONNRESET;
-        st->detail = errno_detail("ack send failed", n < 0 ? errno : ECONNRESET);
+        fail(st, n < 0 ? -errno : -ECONNRESET, errno_detail("back channel send failed", n < 0 ? errno : ECONNRESET));
         return;
     }
+    out_.clear();
+    out_off_ = 0;
 }
 
 PathStatus TcpRecvPath::progress(RecvSink &sink)
 {
     PathStatus st;
-    // A stream can wait on a message whose binding depends on a frame of another stream
-    // (multi-recv binds in sequence order), so sweep until a full pass moves nothing.
+    // Sweep until a full pass moves nothing: a frame on one stream may be waiting on the
+    // sink's state that a frame on another stream changes (a newer generation).
     for (bool moved = true; moved && st.error == 0;) {
         moved = false;
         for (Stream &s : streams_) {
@@ -456,11 +579,20 @@ PathStatus TcpRecvPath::progress(RecvSink &sink)
             if (st.error != 0) break;
         }
     }
-    if (st.error == 0) flush_ack(&st);
-    // peer_closed only counts when every stream has reached a frame boundary at EOF.
-    if (st.peer_closed)
-        for (const Stream &s : streams_)
-            st.peer_closed = st.peer_closed && s.eof;
+    if (st.error == 0) flush_back(&st);
+    if (st.error != 0) return st;
+    // Stream 0 carries the goodbye: at its end without one, the peer vanished; with one, the
+    // path ends in order once every stream has ended.
+    if (streams_[0].eof && streams_[0].hi == streams_[0].lo && streams_[0].state == Stream::kHeader) {
+        if (!goodbye_seen_) {
+            fail(&st, -ECONNRESET, "the sender closed the path without a goodbye");
+            st.peer_eof = true;
+            return st;
+        }
+        bool all = true;
+        for (const Stream &s : streams_) all = all && s.eof;
+        st.peer_closed = all;
+    }
     return st;
 }
 

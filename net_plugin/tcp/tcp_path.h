@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The TCP fabric's path: N streams (TCP connections) between two devices. Messages are cut
 // into chunks of VIGIL_CHUNK_BYTES, dealt round-robin over the streams, each chunk behind a
-// FrameHeader; the receiver writes each chunk straight into the posted buffer and acks
-// cumulatively on stream 0.
+// FrameHeader; the receiver writes each chunk straight into the posted buffer. Stream 0 also
+// carries the control frames (probe, generation notice, goodbye) one way and the back channel
+// (acks, CTS groups, failover requests, goodbye) the other.
 #pragma once
 
 #include <array>
@@ -10,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "../comm.h"
 #include "../fabric.h"
 #include "socket.h"
 #include "wire.h"
@@ -22,26 +22,24 @@ namespace vigil::net::tcp {
 class TcpSendPath final : public SendPath
 {
 public:
-    /// Takes ownership of the connected, non-blocking stream sockets (stream i = fds[i])
-    /// leaving from NCCL device `local_dev`.
-    TcpSendPath(std::vector<UniqueFd> fds, int local_dev, uint32_t gen, size_t chunk_bytes,
-                std::string desc);
-    /// Closes every stream in order (UniqueFd::close_orderly): the peer sees a close, not a
-    /// failure.
+    /// Takes ownership of the connected, non-blocking stream sockets (stream i = fds[i]).
+    /// Frames carry generation 1 until begin() says otherwise.
+    TcpSendPath(std::vector<UniqueFd> fds, PathIdentity id, size_t chunk_bytes);
+    /// Closes every stream in order (UniqueFd::close_orderly).
     ~TcpSendPath() override;
 
-    void begin(uint64_t first_seq, uint32_t gen) override;
+    const PathIdentity &identity() const override { return id_; }
+    void begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id) override;
     void post(const OutMessage &m) override;
     bool idle() const override;
     void probe() override;
+    void goodbye() override;
     void sabotage() override;
-    int local_dev() const override { return local_dev_; }
     uint64_t oldest_referenced() const override;
     void skip_to(uint64_t seq) override;
-    PathStatus progress(uint64_t *acked_seq) override;
+    PathStatus progress(SendSink &sink) override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
-    std::string describe() const override { return desc_; }
 
 private:
     struct Msg {
@@ -66,84 +64,93 @@ private:
     /// Moves `c` to the stream's next frame at or after it; false when none is posted.
     bool seek(uint32_t stream, Cursor *c) const;
     void frame(const Cursor &c, FrameHeader *h, const uint8_t **payload) const;
+    /// Queues a control frame on stream 0 (written before the next data frame there).
+    void control(FrameHeader::Kind kind, uint64_t seq, uint8_t entry, uint64_t path = 0);
     int pump(Stream &s, PathStatus *st);
-    int read_acks(uint64_t *acked_seq, PathStatus *st);
+    void read_back(SendSink &sink, PathStatus *st);
 
     std::vector<Stream> streams_;
     std::array<Msg, kMaxInflight> ring_;
     uint64_t end_seq_ = 0; // next seq to be posted
     uint32_t next_first_ = 0;
-    int local_dev_;
-    uint32_t gen_;
+    PathIdentity id_;
+    uint32_t gen_ = 1;
     size_t chunk_;
-    std::string desc_;
-    std::array<uint8_t, AckFrame::kSize> ackbuf_{};
-    size_t ack_got_ = 0;
-    std::array<uint8_t, FrameHeader::kSize> probe_{};
-    size_t probe_off_ = FrameHeader::kSize; // == kSize: no probe being written
+    // Control frames waiting for stream 0 ([ctl_off_, ctl_len_) unwritten).
+    std::array<uint8_t, 4 * FrameHeader::kSize> ctl_{};
+    size_t ctl_len_ = 0, ctl_off_ = 0;
+    // The back channel being read: one message at a time.
+    std::array<uint8_t, BackHeader::kMaxBytes> back_{};
+    size_t back_got_ = 0;
+    BackHeader back_hdr_;
+    bool back_have_hdr_ = false;
+    bool goodbye_seen_ = false;
 };
 
 /// Receiving half. Not thread-safe: used under the owning RecvComm's lock.
 /// Memory: a 64 KiB staging buffer per stream (small frames are read in batches and copied;
-/// large payloads are read straight into the user's buffer).
+/// large payloads are read straight into the user's buffer) and the queued back channel
+/// (bounded by the CTS groups outstanding, a few KiB).
 class TcpRecvPath final : public RecvPath
 {
 public:
-    TcpRecvPath(std::vector<UniqueFd> fds, int local_dev, std::string desc);
+    TcpRecvPath(std::vector<UniqueFd> fds, PathIdentity id);
     ~TcpRecvPath() override; ///< as ~TcpSendPath
 
+    const PathIdentity &identity() const override { return id_; }
     PathStatus progress(RecvSink &sink) override;
+    void advertise(const CtsGroup &g) override;
     void ack(uint64_t ack_seq, uint32_t gen) override
     {
         pending_ack_ = ack_seq;
         ack_gen_ = gen;
     }
-    void request_failover(uint32_t failed_slot) override
-    {
-        failover_slot_ = failed_slot;
-        failover_pending_ = true;
-    }
+    void request_failover(uint32_t failed_slot) override;
     void heartbeat() override { heartbeat_pending_ = true; }
-    void set_app_bound(bool bound) override;
+    void goodbye() override;
+    void fence() override;
     void sabotage() override;
-    int local_dev() const override { return local_dev_; }
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
-    std::string describe() const override { return desc_; }
 
     static constexpr size_t kStageBytes = 64 * 1024;
     /// Payload remainders at least this large bypass the staging buffer.
     static constexpr size_t kDirectBytes = 4096;
+    /// Back-channel bytes queued before the path is declared broken (the sender stopped
+    /// reading its acks and CTS groups).
+    static constexpr size_t kMaxBackQueue = 64 * 1024;
 
 private:
     struct Stream {
+        // kHeader: reading a frame header into the staging buffer; kPayload: moving the
+        // payload of the frame in `h` (to `dest`, or nowhere when `discard`).
         enum State { kHeader, kPayload } state = kHeader;
         UniqueFd fd;
         std::unique_ptr<uint8_t[]> stage;
-        size_t lo = 0, hi = 0;
+        size_t lo = 0, hi = 0; // unread staged bytes
         FrameHeader h;
-        bool have_header = false; // h decoded, waiting for a posted receive
         uint8_t *dest = nullptr;  // next payload byte goes here
-        bool discard = false;     // payload of an already completed message (replay)
+        bool discard = false;     // payload of a completed message or a stale generation
         uint64_t remaining = 0;
-        bool eof = false;
+        bool eof = false;         // the peer closed this stream at a frame boundary
     };
 
     /// Moves as much as possible on one stream; returns true when anything moved.
     bool pump(Stream &s, RecvSink &sink, PathStatus *st);
-    void flush_ack(PathStatus *st);
+    /// Handles a decoded header on `s`: control frames at once, data frames by locating them.
+    bool on_header(Stream &s, RecvSink &sink, PathStatus *st);
+    void queue_back(const BackHeader &h, const uint8_t *payload, size_t n);
+    void flush_back(PathStatus *st);
 
     std::vector<Stream> streams_;
-    int local_dev_;
-    std::string desc_;
+    PathIdentity id_;
     uint64_t pending_ack_ = 0, sent_ack_ = 0;
     uint32_t ack_gen_ = 0;
-    bool failover_pending_ = false;
     bool heartbeat_pending_ = false;
-    bool app_bound_ = false;
-    uint32_t failover_slot_ = 0;
-    std::array<uint8_t, AckFrame::kSize> ackout_{};
-    size_t ackout_off_ = AckFrame::kSize; // == kSize: nothing partially written
+    bool goodbye_seen_ = false;
+    std::vector<uint8_t> out_; // queued back-channel bytes, [out_off_, size) unwritten
+    size_t out_off_ = 0;
+    bool out_overflow_ = false;
 };
 
 } // namespace vigil::net::tcp

@@ -16,7 +16,6 @@
 namespace vigil::net::tcp {
 namespace {
 
-constexpr uint32_t kGeneration = 1; // first generation of a primary path
 constexpr uint64_t kRetryNs = 20'000'000; // 20 ms between refused connect attempts
 constexpr uint64_t kRebuildAttemptNs = 300'000'000; // one rebuild attempt, at most
 
@@ -27,20 +26,6 @@ bool transient_connect_error(int err)
 }
 
 } // namespace
-
-FailoverConfig failover_config(const Params &params, const std::vector<Device> &devs)
-{
-    FailoverConfig c;
-    c.fatal_timeout_ns = static_cast<uint64_t>(params.fatal_timeout_ms) * 1'000'000ull;
-    c.stall_timeout_ns = static_cast<uint64_t>(params.stall_timeout_ms) * 1'000'000ull;
-    c.probe_interval_ns = static_cast<uint64_t>(params.probe_interval_ms) * 1'000'000ull;
-    c.failback_hold_ns = static_cast<uint64_t>(params.failback_hold_ms) * 1'000'000ull;
-    c.window_ns = params.telemetry ? static_cast<uint64_t>(params.window_us) * 1000ull : 0;
-    c.detector.fraction = static_cast<double>(params.degrade_pct) / 100.0;
-    c.detector.k = static_cast<int>(params.degrade_windows);
-    for (const Device &d : devs) c.link_bytes_per_s.push_back(static_cast<double>(d.speed_mbps) * 1e6 / 8);
-    return c;
-}
 
 // ---- listener ---------------------------------------------------------------------------
 
@@ -83,7 +68,6 @@ int TcpListener::create(const std::vector<Device> &devs, int dev_index, const Pa
     if (int rc = random_bytes(l->nonce_.data(), l->nonce_.size()); rc != 0) return rc;
     l->devs_ = devs;
     l->timeout_ns_ = static_cast<uint64_t>(params.handshake_timeout_ms) * 1'000'000ull;
-    l->failover_ = failover_config(params, devs);
     handle->dev = static_cast<uint16_t>(dev_index);
     handle->nonce = l->nonce_;
     *out = std::move(l);
@@ -156,6 +140,7 @@ int TcpListener::pump(uint64_t now)
             r.conn_id = g.conn_id;
             r.kind = g.rebuild_kind;
             r.dev = pf.dev;
+            r.path_id = pf.path_id;
             for (size_t i = 0; i < g.nstreams; ++i) r.fds.push_back(std::move(pf.fds[i]));
             if (answer(r.fds[0].get())) rebuilt_.push_back(std::move(r));
             g = Group{};
@@ -177,21 +162,9 @@ bool TcpListener::answer(int fd)
            static_cast<ssize_t>(ans.size());
 }
 
-int TcpListener::accept(std::unique_ptr<RecvComm> *out)
+int TcpListener::accept(RecvPaths *out)
 {
-    int rc = accept_locked(out);
-    if (rc == 0 && *out) {
-        if (rc = (*out)->attach(); rc != 0) {
-            VLOG_WARN("accept: progress engine registration failed: %s", strerror(-rc));
-            out->reset();
-        }
-    }
-    return rc;
-}
-
-int TcpListener::accept_locked(std::unique_ptr<RecvComm> *out)
-{
-    out->reset();
+    *out = RecvPaths{};
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t now = now_ns();
     if (int rc = pump(now); rc != 0) return rc;
@@ -202,8 +175,8 @@ int TcpListener::accept_locked(std::unique_ptr<RecvComm> *out)
             if (g.primary_done_ns == 0) g.primary_done_ns = now;
             const bool backup_done = g.paths[kBackup].count == g.nstreams;
             if (g.npaths == 1 || backup_done || now - g.primary_done_ns > kBackupGraceNs) {
-                if (int rc = complete(g, out); rc != 0) return rc;
-                if (*out) break;
+                complete(g, out);
+                if (out->paths[kPrimary]) break;
                 continue;
             }
         } else if (now > g.deadline_ns) {
@@ -217,18 +190,15 @@ int TcpListener::accept_locked(std::unique_ptr<RecvComm> *out)
     return 0;
 }
 
-std::unique_ptr<TcpRecvPath> make_recv_path(int kind, const std::string &dev_name, int dev,
-                                            std::vector<UniqueFd> fds);
-
-bool TcpListener::take_rebuilt(uint64_t conn_id, int *kind, std::unique_ptr<RecvPath> *path)
+bool TcpListener::take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *path)
 {
     std::lock_guard<std::mutex> lock(mu_);
     pump(now_ns());
     for (auto it = rebuilt_.begin(); it != rebuilt_.end(); ++it) {
         if (it->conn_id != conn_id) continue;
-        *kind = it->kind;
-        *path = make_recv_path(it->kind, devs_[static_cast<size_t>(it->dev)].name, it->dev,
-                               std::move(it->fds));
+        PathIdentity id = path_identity(it->kind, it->dev, devs_[static_cast<size_t>(it->dev)].name,
+                                        it->path_id, it->fds);
+        *path = std::make_unique<TcpRecvPath>(std::move(it->fds), std::move(id));
         rebuilt_.erase(it);
         return true;
     }
@@ -272,25 +242,31 @@ void TcpListener::take(Pending &p)
     PathFds &path = g->paths[static_cast<size_t>(hello_kind(h.path_kind))];
     if (path.fds[h.stream]) return reject(p, "duplicate stream index");
     if (path.count > 0 && path.dev != p.dev) return reject(p, "streams of one path on two devices");
+    if (path.count > 0 && path.path_id != h.path_id) return reject(p, "streams of one path disagree on its id");
     path.dev = p.dev;
+    path.path_id = h.path_id;
     path.fds[h.stream] = std::move(p.fd);
     ++path.count;
 }
 
-std::unique_ptr<TcpRecvPath> make_recv_path(int kind, const std::string &dev_name, int dev,
-                                            std::vector<UniqueFd> fds)
+PathIdentity path_identity(int slot, int dev, const std::string &dev_name, uint64_t path_id,
+                           const std::vector<UniqueFd> &fds)
 {
-    std::string desc = std::string(kind == kPrimary ? "primary" : "backup") + " dev " + dev_name +
-                       " " + describe_socket(fds[0].get()) + " (" + std::to_string(fds.size()) +
-                       " streams)";
-    return std::make_unique<TcpRecvPath>(std::move(fds), dev, desc);
+    PathIdentity id;
+    id.slot = slot;
+    id.dev = dev;
+    id.dev_name = dev_name;
+    id.id = path_id;
+    socket_endpoints(fds[0].get(), &id.local, &id.peer);
+    id.detail = std::to_string(fds.size()) + " streams";
+    return id;
 }
 
 // Every wanted stream is here: answer on stream 0 of each complete path and hand the
-// paths to a new comm.
-int TcpListener::complete(Group &g, std::unique_ptr<RecvComm> *out)
+// paths over.
+void TcpListener::complete(Group &g, RecvPaths *out)
 {
-    std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths;
+    RecvPaths paths;
     for (int k = 0; k < kMaxPaths; ++k) {
         PathFds &pf = g.paths[static_cast<size_t>(k)];
         if (pf.count != g.nstreams) continue; // a late backup: dropped, the connector notices
@@ -302,27 +278,21 @@ int TcpListener::complete(Group &g, std::unique_ptr<RecvComm> *out)
                       strerror(errno));
             if (k == kPrimary) {
                 g = Group{};
-                return 0;
+                return;
             }
             continue;
         }
-        paths[static_cast<size_t>(k)] =
-            make_recv_path(k, devs_[static_cast<size_t>(pf.dev)].name, pf.dev, std::move(fds));
+        PathIdentity id = path_identity(k, pf.dev, devs_[static_cast<size_t>(pf.dev)].name, pf.path_id, fds);
+        paths.devs[static_cast<size_t>(k)] = pf.dev;
+        paths.paths[static_cast<size_t>(k)] = std::make_unique<TcpRecvPath>(std::move(fds), std::move(id));
     }
     const uint64_t conn_id = g.conn_id;
     g = Group{};
     served_.push_back(conn_id);
-    std::string desc = paths[kPrimary]->describe() +
-                       (paths[kBackup] ? ", " + paths[kBackup]->describe() : ", no backup");
     std::vector<int> lfds;
     for (const Listening &l : listening_) lfds.push_back(l.fd.get());
-    // Not attached here: attach() lets the engine call in, and the engine's progress of this
-    // comm takes mu_ (held now) through the acceptor. accept() attaches after unlocking.
-    *out = std::make_unique<RecvComm>(
-        std::move(paths), failover_,
-        std::make_unique<TcpAcceptor>(shared_from_this(), conn_id, std::move(lfds)));
-    VLOG_INFO(NCCL_NET | NCCL_INIT, "accepted %s", desc.c_str());
-    return 0;
+    paths.acceptor = std::make_unique<TcpAcceptor>(shared_from_this(), conn_id, std::move(lfds));
+    *out = std::move(paths);
 }
 
 bool TcpListener::busy()
@@ -343,14 +313,13 @@ TcpAcceptor::~TcpAcceptor()
     ProgressEngine::instance().quiesce();
 }
 
-int TcpAcceptor::poll(std::unique_ptr<RecvPath> *out, int *slot)
+int TcpAcceptor::poll(std::unique_ptr<RecvPath> *out)
 {
     const uint64_t now = now_ns();
     const bool event = event_.exchange(false, std::memory_order_acq_rel);
     if (!event && now < next_sweep_ns_ && !listener_->busy()) return 0;
     next_sweep_ns_ = now + 1'000'000'000ull;
-    int kind = 0;
-    if (listener_->take_rebuilt(conn_id_, &kind, out)) *slot = kind;
+    listener_->take_rebuilt(conn_id_, out);
     return 0;
 }
 
@@ -478,14 +447,12 @@ std::vector<UniqueFd> TcpPathConnector::take_fds()
 
 namespace {
 
-std::unique_ptr<TcpSendPath> make_send_path(int kind, TcpPathConnector &c, int local_dev,
+std::unique_ptr<TcpSendPath> make_send_path(int slot, TcpPathConnector &c, int local_dev,
                                             size_t chunk_bytes)
 {
     std::vector<UniqueFd> fds = c.take_fds();
-    std::string d = std::string(kind == kPrimary ? "primary" : "backup") + " dev " +
-                    c.local().name + " " + describe_socket(fds[0].get()) + " (" +
-                    std::to_string(fds.size()) + " streams)";
-    return std::make_unique<TcpSendPath>(std::move(fds), local_dev, kGeneration, chunk_bytes, d);
+    PathIdentity id = path_identity(slot, local_dev, c.local().name, c.path_id(), fds);
+    return std::make_unique<TcpSendPath>(std::move(fds), std::move(id), chunk_bytes);
 }
 
 } // namespace
@@ -504,6 +471,7 @@ TcpConnector::TcpConnector(const std::vector<Device> &devs, const std::array<Pat
         h.nstreams = static_cast<uint8_t>(params.nstreams);
         h.nonce = nonce_;
         h.conn_id = conn_id_;
+        while (h.path_id == 0) random_bytes(&h.path_id, sizeof(h.path_id));
         h.path_kind = make_path_kind(k, npaths, false);
         setups_[static_cast<size_t>(k)] = std::make_unique<TcpPathConnector>(
             devs[static_cast<size_t>(pp.local_dev)], pp.local_dev, pp.remote, h,
@@ -512,9 +480,9 @@ TcpConnector::TcpConnector(const std::vector<Device> &devs, const std::array<Pat
     }
 }
 
-int TcpConnector::progress(std::unique_ptr<SendComm> *out)
+int TcpConnector::progress(SendPaths *out)
 {
-    out->reset();
+    *out = SendPaths{};
     const uint64_t now = now_ns();
     bool pending = false;
     for (int k = 0; k < kMaxPaths; ++k) {
@@ -537,24 +505,13 @@ int TcpConnector::progress(std::unique_ptr<SendComm> *out)
         s.reset();
     }
     if (pending) return 0;
-    std::array<std::unique_ptr<SendPath>, kMaxPaths> paths;
-    std::string desc;
     for (int k = 0; k < kMaxPaths; ++k) {
         auto &s = setups_[static_cast<size_t>(k)];
         if (!s) continue;
-        paths[static_cast<size_t>(k)] = make_send_path(k, *s, plan_[static_cast<size_t>(k)].local_dev,
-                                                       static_cast<size_t>(params_.chunk_bytes));
-        desc += (desc.empty() ? "" : ", ") + paths[static_cast<size_t>(k)]->describe();
+        out->paths[static_cast<size_t>(k)] = make_send_path(k, *s, plan_[static_cast<size_t>(k)].local_dev,
+                                                            static_cast<size_t>(params_.chunk_bytes));
     }
-    auto comm = std::make_unique<SendComm>(
-        std::move(paths), failover_config(params_, devs_),
-        std::make_unique<TcpRebuilder>(devs_, plan_, nonce_, conn_id_, params_));
-    if (int rc = comm->attach(); rc != 0) {
-        VLOG_WARN("connect: progress engine registration failed: %s", strerror(-rc));
-        return rc;
-    }
-    VLOG_INFO(NCCL_NET | NCCL_INIT, "connected %s", desc.c_str());
-    *out = std::move(comm);
+    out->rebuilder = std::make_unique<TcpRebuilder>(devs_, plan_, nonce_, conn_id_, params_);
     return 0;
 }
 
@@ -581,6 +538,7 @@ int TcpRebuilder::progress(int slot, std::unique_ptr<SendPath> *out)
         h.nstreams = static_cast<uint8_t>(params_.nstreams);
         h.nonce = nonce_;
         h.conn_id = conn_id_;
+        while (h.path_id == 0) random_bytes(&h.path_id, sizeof(h.path_id));
         h.path_kind = make_path_kind(slot, plan_[kBackup].local_dev >= 0 ? 2 : 1, true);
         // Short attempts: toward a peer whose port is still down a SYN gets no answer, and a
         // fresh attempt after the repair beats waiting out the SYN retransmission timer.

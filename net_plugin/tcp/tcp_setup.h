@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "../comm.h"
-#include "../devices.h"
+#include "../fabric.h"
 #include "../handle.h"
+#include "../progress.h"
+#include "devices.h"
 #include "params.h"
 #include "socket.h"
 #include "wire.h"
@@ -23,9 +24,9 @@ namespace vigil::net::tcp {
 
 /// NCCL's listenComm: a listening socket on the comm's device and on up to three other
 /// devices (where backup paths arrive), plus the half-open connections that have not yet
-/// proven they hold this listener's nonce. After accept() it stays alive inside the RecvComm
-/// it produced (NCCL closes the listenComm at once), to take that connection's rebuilt
-/// paths. Thread-safe (one internal lock: NCCL's proxy thread and the progress engine may
+/// proven they hold this listener's nonce. After accept() it stays alive inside the acceptor
+/// of the connection it produced (NCCL closes the listenComm at once), to take that
+/// connection's rebuilt paths. Thread-safe (one internal lock: NCCL's proxy thread and the progress engine may
 /// both drive it). Bounded: at most kMaxPending sockets awaiting a hello and kMaxGroups
 /// partially connected connections; excess connections are closed with a WARN.
 class TcpListener : public std::enable_shared_from_this<TcpListener>
@@ -43,14 +44,13 @@ public:
                       ListenHandle *handle, std::shared_ptr<TcpListener> *out);
 
     /// Accepts, reads hellos, rejects impostors (one WARN per rejected connection; one per
-    /// path for a wrong nonce; the listener stays open) and returns 0 with *out set once a
+    /// path for a wrong nonce; the listener stays open) and returns 0 with *out filled once a
     /// connection's paths have arrived; 0 with *out empty when none is complete yet; -errno
     /// when the primary listening socket itself failed.
-    int accept(std::unique_ptr<RecvComm> *out);
+    int accept(RecvPaths *out);
 
-    /// A rebuilt path of connection `conn_id` that arrived complete, if any (*kind is
-    /// kPrimary or kBackup).
-    bool take_rebuilt(uint64_t conn_id, int *kind, std::unique_ptr<RecvPath> *path);
+    /// A rebuilt path of connection `conn_id` that arrived complete, if any.
+    bool take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *path);
     /// True while connections are half set up (a hello or a path still incomplete).
     bool busy();
 
@@ -71,6 +71,7 @@ private:
         std::array<UniqueFd, kMaxStreams> fds;
         size_t count = 0;
         int dev = 0;
+        uint64_t path_id = 0;
     };
     struct Group {
         uint64_t conn_id = 0;
@@ -87,14 +88,14 @@ private:
         uint64_t conn_id = 0;
         int kind = 0;
         int dev = 0;
+        uint64_t path_id = 0;
         std::vector<UniqueFd> fds;
     };
 
     int pump(uint64_t now);
-    int accept_locked(std::unique_ptr<RecvComm> *out);
     void reject(Pending &p, const char *why);
     void take(Pending &p);
-    int complete(Group &g, std::unique_ptr<RecvComm> *out);
+    void complete(Group &g, RecvPaths *out);
     bool answer(int fd);
 
     std::mutex mu_;
@@ -102,7 +103,6 @@ private:
     std::vector<Device> devs_;
     std::array<uint8_t, 16> nonce_{};
     uint64_t timeout_ns_ = 0;
-    FailoverConfig failover_;
     std::vector<Pending> pending_;
     std::vector<Group> groups_;
     std::vector<uint64_t> served_; // conn_ids of the connections this listener produced
@@ -110,11 +110,10 @@ private:
     uint64_t last_rejected_conn_ = 0; // conn_id of the last path rejected for its nonce
 };
 
-/// Where a connection's paths go: the primary from the comm's device to the listener's
-/// address [0]; the optional backup from another local device to one of the listener's
-/// other addresses (chosen by the plugin's VIGIL_BACKUP policy).
+/// Where one path of a connection goes: from local device `local_dev` (-1: no such path)
+/// to the listener's address `remote`.
 struct PathPlan {
-    int local_dev = -1;  ///< -1: no such path
+    int local_dev = -1;
     Endpoint remote;
 };
 
@@ -129,6 +128,7 @@ public:
     /// 0 while in progress (done() tells completion), or -errno with *why.
     int step(uint64_t now, std::string *why);
     bool done() const { return done_; }
+    uint64_t path_id() const { return hello_.path_id; }
     std::vector<UniqueFd> take_fds();
     const Device &local() const { return local_; }
     const Endpoint &remote() const { return remote_; }
@@ -160,16 +160,16 @@ private:
 /// set up. Not thread-safe (one proxy thread drives one connect). The connection completes
 /// once the primary is accepted; a backup that cannot be established is dropped with one
 /// WARN and the connection runs without a standby until a rebuild succeeds.
-class TcpConnector
+class TcpConnector final : public Connector
 {
 public:
     TcpConnector(const std::vector<Device> &devs, const std::array<PathPlan, kMaxPaths> &plan,
                  const ListenHandle &remote, const Params &params);
 
-    /// Returns 0 with *out set once connected and accepted; 0 with *out empty while in
+    /// Returns 0 with *out filled once connected and accepted; 0 with *out empty while in
     /// progress; -errno on failure (refused past VIGIL_CONNECT_TIMEOUT_MS, rejected by the
     /// listener, handshake timeout), after one WARN.
-    int progress(std::unique_ptr<SendComm> *out);
+    int progress(SendPaths *out) override;
 
 private:
     std::vector<Device> devs_;
@@ -209,7 +209,7 @@ public:
     /// `fds`: the listener's listening sockets (watched until destruction).
     TcpAcceptor(std::shared_ptr<TcpListener> listener, uint64_t conn_id, std::vector<int> fds);
     ~TcpAcceptor() override;
-    int poll(std::unique_ptr<RecvPath> *out, int *slot) override;
+    int poll(std::unique_ptr<RecvPath> *out) override;
     void on_ready() noexcept override { event_.store(true, std::memory_order_release); }
     void on_tick() noexcept override {}
 
@@ -221,8 +221,21 @@ private:
     uint64_t next_sweep_ns_ = 0;
 };
 
-/// The VIGIL_* failover and telemetry values as the core's FailoverConfig; `devs` gives each
-/// device's link speed (the detector's baseline cap).
-FailoverConfig failover_config(const Params &params, const std::vector<Device> &devs);
+/// NCCL's listenComm as the core sees it: the shared listener (its acceptors keep it alive
+/// after NCCL closes the listenComm).
+class TcpListenComm final : public Listener
+{
+public:
+    explicit TcpListenComm(std::shared_ptr<TcpListener> l) : l_(std::move(l)) {}
+    int accept(RecvPaths *out) override { return l_->accept(out); }
+
+private:
+    std::shared_ptr<TcpListener> l_;
+};
+
+/// The identity of path `path_id` over the connected streams `fds` (their endpoints, their
+/// count).
+PathIdentity path_identity(int slot, int dev, const std::string &dev_name, uint64_t path_id,
+                           const std::vector<UniqueFd> &fds);
 
 } // namespace vigil::net::tcp

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The TCP fabric's wire formats: the per-stream hello and the listener's accept answer
-// (connection setup), the data frame header (sender -> receiver, every stream) and the ack
-// (receiver -> sender, stream 0). Fixed-size, little-endian, each with a magic. Every field
-// read from the wire is checked here or by the caller before use.
+// (connection setup), the frame header (sender -> receiver, every stream: data chunks and
+// control frames) and the back channel (receiver -> sender, stream 0: acks, CTS groups,
+// failover requests, goodbye). Little-endian, each with a magic. Every field read from the
+// wire is checked here or by the caller before use.
 #pragma once
 
 #include <array>
@@ -29,7 +30,7 @@ inline uint64_t get_le(const uint8_t *p, int n)
 /// First bytes on every stream, connector -> listener.
 struct Hello {
     static constexpr uint32_t kMagic = 0x43474c56; // "VLGC"
-    static constexpr uint8_t kVersion = 1;
+    static constexpr uint8_t kVersion = 2;
     static constexpr size_t kSize = 40;
     uint8_t version = kVersion;
     uint8_t nstreams = 0;
@@ -38,8 +39,8 @@ struct Hello {
     /// existing connection. Bits 4-7: paths the connection opens at connect, minus one.
     uint8_t path_kind = 0;
     std::array<uint8_t, 16> nonce{};
-    uint64_t conn_id = 0; ///< random per connection; groups the streams of one path
-    uint64_t reserved = 0;
+    uint64_t conn_id = 0; ///< random per connection; groups the paths of one connection
+    uint64_t path_id = 0; ///< random per path, non-zero; the same on every stream of it
 
     void encode(uint8_t *p) const
     {
@@ -50,7 +51,7 @@ struct Hello {
         p[7] = path_kind;
         std::memcpy(p + 8, nonce.data(), 16);
         put_le(p + 24, conn_id, 8);
-        put_le(p + 32, reserved, 8);
+        put_le(p + 32, path_id, 8);
     }
     /// Returns nullptr when valid, else the name of the first bad field. The nonce is
     /// compared by the caller.
@@ -63,14 +64,14 @@ struct Hello {
         path_kind = p[7];
         std::memcpy(nonce.data(), p + 8, 16);
         conn_id = get_le(p + 24, 8);
-        reserved = get_le(p + 32, 8);
+        path_id = get_le(p + 32, 8);
         if (version != kVersion) return "unsupported version";
         if (nstreams < 1 || nstreams > kMaxStreams) return "stream count out of range";
         if (stream >= nstreams) return "stream index out of range";
         if ((path_kind & 0x7) > 1) return "bad path kind";
         if ((path_kind >> 4) > 1) return "bad path count";
         if (conn_id == 0) return "zero connection id";
-        if (reserved != 0) return "non-zero reserved field";
+        if (path_id == 0) return "zero path id";
         return nullptr;
     }
 };
@@ -86,65 +87,124 @@ struct AcceptAnswer {
     }
 };
 
-/// Precedes every chunk of a message on a stream.
+/// Sender -> receiver, on any stream: precedes every chunk of a message (kData), or stands
+/// alone (control kinds, no payload; written on stream 0 between frames). Layout, 40 bytes:
+///   [0,4) magic "VLGD"  [4] kind  [5] entry (kData: the CTS entry the message is bound to;
+///   kGeneration: the abandoned path slot, 0xff for none)  [6,8) zero  [8,12) generation
+///   [12,16) tag  [16,24) seq (kGeneration: the first seq of the generation)
+///   [24,28) message size  [28,32) chunk offset (kGeneration: [24,32) the abandoned path's
+///   id, 0 for none)  [32,36) chunk length  [36,40) zero
 struct FrameHeader {
     static constexpr uint32_t kMagic = 0x44474c56; // "VLGD"
     static constexpr size_t kSize = 40;
+    enum Kind : uint8_t { kData = 0, kProbe = 1, kGeneration = 2, kGoodbye = 3 };
+    static constexpr uint8_t kNoSlot = 0xff;
+    uint8_t kind = kData;
+    uint8_t entry = 0;
     uint32_t gen = 0;   ///< path generation
-    uint64_t seq = 0;   ///< message sequence number
-    uint64_t size = 0;  ///< whole message, bytes
-    uint64_t offset = 0;///< of this chunk in the message
-    uint32_t len = 0;   ///< chunk payload bytes following the header
     int32_t tag = 0;
+    uint64_t seq = 0;   ///< message sequence number
+    uint32_t size = 0;  ///< whole message, bytes
+    uint32_t offset = 0;///< of this chunk in the message
+    uint32_t len = 0;   ///< chunk payload bytes following the header
+    uint64_t path = 0;  ///< kGeneration: the abandoned path's id (in place of size, offset)
 
     void encode(uint8_t *p) const
     {
         put_le(p, kMagic, 4);
-        put_le(p + 4, gen, 4);
-        put_le(p + 8, seq, 8);
-        put_le(p + 16, size, 8);
-        put_le(p + 24, offset, 8);
+        p[4] = kind;
+        p[5] = entry;
+        put_le(p + 6, 0, 2);
+        put_le(p + 8, gen, 4);
+        put_le(p + 12, static_cast<uint32_t>(tag), 4);
+        put_le(p + 16, seq, 8);
+        if (kind == kGeneration) {
+            put_le(p + 24, path, 8);
+        } else {
+            put_le(p + 24, size, 4);
+            put_le(p + 28, offset, 4);
+        }
         put_le(p + 32, len, 4);
-        put_le(p + 36, static_cast<uint32_t>(tag), 4);
+        put_le(p + 36, 0, 4);
     }
-    /// Returns nullptr when the header is self-consistent and within the hard bounds.
+    /// Returns nullptr when the header is self-consistent and within the hard bounds, else
+    /// what is wrong with it.
     const char *decode(const uint8_t *p, uint64_t max_message)
     {
         if (get_le(p, 4) != kMagic) return "bad frame magic";
-        gen = static_cast<uint32_t>(get_le(p + 4, 4));
-        seq = get_le(p + 8, 8);
-        size = get_le(p + 16, 8);
-        offset = get_le(p + 24, 8);
+        kind = p[4];
+        entry = p[5];
+        gen = static_cast<uint32_t>(get_le(p + 8, 4));
+        tag = static_cast<int32_t>(get_le(p + 12, 4));
+        seq = get_le(p + 16, 8);
+        size = static_cast<uint32_t>(get_le(p + 24, 4));
+        offset = static_cast<uint32_t>(get_le(p + 28, 4));
         len = static_cast<uint32_t>(get_le(p + 32, 4));
-        tag = static_cast<int32_t>(get_le(p + 36, 4));
+        if (get_le(p + 6, 2) != 0 || get_le(p + 36, 4) != 0) return "non-zero reserved field";
+        if (kind > kGoodbye) return "unknown frame kind";
+        if (kind == kGeneration) {
+            path = get_le(p + 24, 8);
+            size = offset = 0;
+        }
+        if (kind != kData) {
+            if (size != 0 || offset != 0 || len != 0) return "control frame with a payload";
+            if (kind == kGeneration && entry != kNoSlot && entry >= kMaxSlots) return "bad abandoned slot";
+            return nullptr;
+        }
+        if (entry >= kMaxEntries) return "CTS entry index out of range";
         if (size > max_message) return "message size beyond the limit";
         if (len > kMaxFrameBytes) return "chunk length beyond the limit";
         if (offset > size || len > size - offset) return "chunk outside its message";
         return nullptr;
     }
+    static constexpr uint8_t kMaxSlots = 2;   ///< path slots a notice may name
+    static constexpr uint8_t kMaxEntries = 8; ///< entries of one CTS group
 };
 
-/// Receiver -> sender on stream 0: every seq below `ack_seq` is held. Bit 31 of `gen`
-/// (kAppBound) says data is waiting for a receive the application has not posted.
-struct AckFrame {
-    static constexpr uint32_t kMagic = 0x4b474c56; // "VLGK"
-    static constexpr size_t kSize = 16;
-    static constexpr uint32_t kAppBound = 0x80000000u;
-    uint32_t gen = 0;
-    uint64_t ack_seq = 0;
+/// Receiver -> sender, on stream 0 only (the back channel). Header, 24 bytes:
+///   [0,4) magic "VLGB"  [4] kind  [5] count (kCts: entries 1..8; else 0)  [6,8) zero
+///   [8,12) kAck: generation; kFailoverRequest: the failed path slot  [12,16) zero
+///   [16,24) kAck: cumulative ack seq; kCts: the group index
+/// A kCts header is followed by the group: [0,8) first seq, then per entry 16 bytes:
+///   [0,8) capacity  [8,12) tag  [12,16) zero.
+struct BackHeader {
+    static constexpr uint32_t kMagic = 0x42474c56; // "VLGB"
+    static constexpr size_t kSize = 24;
+    static constexpr size_t kEntrySize = 16;
+    static constexpr size_t kMaxEntries = 8;
+    /// Largest back-channel message: a CTS group of kMaxEntries.
+    static constexpr size_t kMaxBytes = kSize + 8 + kMaxEntries * kEntrySize;
+    enum Kind : uint8_t { kAck = 0, kFailoverRequest = 1, kCts = 2, kGoodbye = 3 };
+    uint8_t kind = kAck;
+    uint8_t count = 0;
+    uint32_t arg = 0;
+    uint64_t value = 0;
+
     void encode(uint8_t *p) const
     {
         put_le(p, kMagic, 4);
-        put_le(p + 4, gen, 4);
-        put_le(p + 8, ack_seq, 8);
+        p[4] = kind;
+        p[5] = count;
+        put_le(p + 6, 0, 2);
+        put_le(p + 8, arg, 4);
+        put_le(p + 12, 0, 4);
+        put_le(p + 16, value, 8);
     }
-    bool decode(const uint8_t *p)
+    /// Returns nullptr when valid, else what is wrong.
+    const char *decode(const uint8_t *p)
     {
-        if (get_le(p, 4) != kMagic) return false;
-        gen = static_cast<uint32_t>(get_le(p + 4, 4));
-        ack_seq = get_le(p + 8, 8);
-        return true;
+        if (get_le(p, 4) != kMagic) return "bad back-channel magic";
+        kind = p[4];
+        count = p[5];
+        arg = static_cast<uint32_t>(get_le(p + 8, 4));
+        value = get_le(p + 16, 8);
+        if (get_le(p + 6, 2) != 0 || get_le(p + 12, 4) != 0) return "non-zero reserved field";
+        if (kind > kGoodbye) return "unknown back-channel kind";
+        if (kind == kCts ? (count < 1 || count > kMaxEntries) : count != 0) return "bad entry count";
+        return nullptr;
     }
+    /// Bytes following the header.
+    size_t payload() const { return kind == kCts ? 8 + count * kEntrySize : 0; }
 };
 
 /// Hello path_kind accessors.
@@ -155,15 +215,5 @@ inline uint8_t make_path_kind(int kind, int npaths, bool rebuild)
 inline int hello_kind(uint8_t pk) { return pk & 0x7; }
 inline int hello_npaths(uint8_t pk) { return (pk >> 4) + 1; }
 inline bool hello_rebuild(uint8_t pk) { return (pk & 0x8) != 0; }
-
-/// Sequence number of a probe frame: a header with no payload that only proves the path
-/// carries bytes; the receiver consumes it without asking the core.
-inline constexpr uint64_t kProbeSeq = ~0ull;
-
-/// Receiver -> sender, like an ack (same size and position), asking the sender to leave path
-/// slot N (bytes [4,8)) because the receiver saw that path's port fail.
-struct FailoverRequest {
-    static constexpr uint32_t kMagic = 0x46474c56; // "VLGF"
-};
 
 } // namespace vigil::net::tcp

@@ -403,7 +403,7 @@ vn::tcp::Hello valid_hello(const vn::ListenHandle &lh, uint64_t conn_id)
     h.path_kind = 0;
     h.nonce = lh.nonce;
     h.conn_id = conn_id;
-    h.reserved = 0;
+    h.path_id = 0x5151515151515151ULL;
     return h;
 }
 
@@ -627,11 +627,10 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
          "stream index out of range"},
         {"stream 200", [](vn::tcp::Hello &h) { h.nstreams = 16; h.stream = 200; },
          "stream index out of range"},
-        {"reserved 1", [](vn::tcp::Hello &h) { h.reserved = 1; }, "non-zero reserved field"},
-        {"reserved high bit", [](vn::tcp::Hello &h) { h.reserved = 1ull << 63; },
-         "non-zero reserved field"},
+        {"path id 0", [](vn::tcp::Hello &h) { h.path_id = 0; }, "zero path id"},
         {"conn_id 0", [](vn::tcp::Hello &h) { h.conn_id = 0; }, "zero connection id"},
-        {"version 2", [](vn::tcp::Hello &h) { h.version = 2; }, "unsupported version"},
+        {"version 1 (before CTS)", [](vn::tcp::Hello &h) { h.version = 1; }, "unsupported version"},
+        {"version 3", [](vn::tcp::Hello &h) { h.version = 3; }, "unsupported version"},
         {"path kind 2", [](vn::tcp::Hello &h) { h.path_kind = 2; }, "bad path kind"},
     };
     for (const Case &k : cases) {
@@ -917,7 +916,7 @@ void take_hellos(RawServer &srv, Handle &h, Accepted *acc)
         CHECK(hello.nonce == srv.lh.nonce);
         CHECK(hello.nstreams == nstreams);
         CHECK(hello.path_kind == 0);
-        CHECK(hello.reserved == 0);
+        CHECK(hello.path_id != 0);
         CHECK(hello.conn_id != 0);
         if (conn_id == 0) conn_id = hello.conn_id;
         CHECK(hello.conn_id == conn_id); // one path: one conn_id on every stream

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The failover state machine of the transport core (comm.h): a primary and a backup path per
-// connection over the in-process fake fabric of two_path_fabric.h, which can break, silence
+// connection over the in-process fake fabric of fake_fabric.h, which can break, silence
 // or delay either path.
 // Every test checks exact delivery (bytes and sizes), that no receive buffer is written after
 // test() reported it done (canaries), that a send completes only once the receiver holds its
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "clock.h"
-#include "comm.h"
-#include "two_path_fabric.h"
+#include "fake_fabric.h"
+#include "traffic.h"
 
 namespace vn = vigil::net;
-namespace tp = vigil::test::two_path;
+namespace tp = vigil::test::fake;
 using vn::kBackup;
 using vn::kPrimary;
 using vn::Placement;
@@ -29,15 +29,15 @@ using vn::Request;
 
 namespace {
 
-// The fake fabric, the connection over it and the traffic checks: two_path_fabric.h.
+// The fake fabric, the connection over it and the traffic checks: fake_fabric.h.
 using tp::Back;
 using tp::Frame;
 using tp::kMs;
 using tp::Lane;
 using tp::Located;
-using tp::nap;
+using vigil::test::nap;
 using tp::Net;
-using tp::Traffic;
+using vigil::test::Traffic;
 
 vn::FailoverConfig config(uint64_t fatal_ms = 5000, uint64_t stall_ms = 5000,
                           uint64_t probe_ms = 1000)
@@ -87,7 +87,7 @@ TEST_CASE("failover before any message: the backup carries everything at generat
           "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     // The primary link breaks before anything was sent; both ends see it in progress().
     n.primary().break_link();
     n.send->on_ready();
@@ -97,7 +97,7 @@ TEST_CASE("failover before any message: the backup carries everything at generat
     CHECK(st.failovers == 1);
     CHECK(st.replayed_messages == 0);
     CHECK(n.send->active_dev() == 11);
-    REQUIRE(n.backup().begins == std::vector<std::pair<uint64_t, uint32_t>>{{0, 2}});
+    REQUIRE(n.backup().begun() == std::vector<std::pair<uint64_t, uint32_t>>{{0, 2}});
 
     t.recv({5000}, {3}, {0});
     t.send(4000, 3);
@@ -120,7 +120,7 @@ TEST_CASE("failover during a message: chunks delivered on the primary, all repla
           "[failover]")
 {
     Net n(config(5000, 5000, 0)); // probe interval 0: the receiver heartbeats every call
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.primary().chunk = n.backup().chunk = 1000;
     n.primary().frames_per_progress = 4;
     t.recv({10000}, {1}, {0});
@@ -151,7 +151,7 @@ TEST_CASE("failover during a message: chunks delivered on the primary, all repla
     CHECK(st.failovers == 1);
     CHECK(st.replayed_messages == 3);
     CHECK(n.send->active_dev() == 11);
-    CHECK(n.backup().begins == std::vector<std::pair<uint64_t, uint32_t>>{{0, 2}});
+    CHECK(n.backup().begun() == std::vector<std::pair<uint64_t, uint32_t>>{{0, 2}});
     t.run();
     CHECK(n.primary().bytes_written == 4000);
     // Replayed whole, from the first byte: 10000 + 2500 + 3000.
@@ -173,10 +173,11 @@ TEST_CASE("failover after delivery but before the ack reached the sender: the re
           "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.send(3000, 5);
-    n.primary().drop_back = true; // the primary's ack is lost
+    n.primary().hold_acks = true; // the primary's ack is lost
     t.recv({4096}, {5}, {0});
+    t.post_sends(); // the CTS is read and the message posted
     t.poll_recvs(); // the sender does not progress: it has read no ack yet
     REQUIRE(t.recv_done(0)); // delivered, buffer now holds the canary
     REQUIRE_FALSE(t.send_done(0));
@@ -196,7 +197,7 @@ TEST_CASE("failover after delivery but before the ack reached the sender: the re
     // The replay reaches the receiver: discarded, nothing written, the canary survives.
     t.poll();
     n.recv->on_ready();
-    CHECK(n.backup().wire.empty());
+    CHECK(n.backup().streams[0].empty());
     CHECK(n.backup().bytes_written == 0);
     CHECK(n.backup().count(Placement::kDiscard) == 1);
     CHECK(n.backup().count(Placement::kPlace) == 0);
@@ -213,11 +214,11 @@ TEST_CASE("failover after delivery but before the ack reached the sender: the re
 }
 
 TEST_CASE("failover during replay: stale frames of the old generation arrive late and are "
-          "discarded",
+          "discarded, then the old path is fenced",
           "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.primary().chunk = n.backup().chunk = 500;
     n.primary().hold = true; // the primary's frames are stuck in the network
     t.recv({2000}, {1}, {0});
@@ -225,35 +226,53 @@ TEST_CASE("failover during replay: stale frames of the old generation arrive lat
     t.send(2000, 1);
     t.send(1500, 1);
     t.poll();
-    REQUIRE(n.primary().wire.size() == 7);
+    REQUIRE(n.primary().streams[0].size() == 7);
     // Poison the stale frames: any byte of them written anywhere shows up.
-    for (Frame &f : n.primary().wire) std::fill(f.bytes.begin(), f.bytes.end(), 0xEE);
+    for (Frame &f : n.primary().streams[0]) std::fill(f.bytes.begin(), f.bytes.end(), 0xEE);
 
+    // The backup carries its generation notice on stream 0 and the replay on stream 1, and
+    // stream 0 lags (TCP streams overtake each other): the receiver learns generation 2 from
+    // the data first, while the old path still delivers.
+    Lane &b = n.backup();
+    b.set_streams(2);
+    b.paused[0] = true;
+    b.split = [](const vn::OutMessage &m, Lane &l) {
+        for (uint64_t off = 0; off < std::max<uint64_t>(m.size, 1); off += 500)
+            tp::FakeSendPath::write_to(l, 1, tp::chunk_of(m, off, std::min<uint64_t>(500, m.size - off), l.gen));
+    };
     n.send->fail_path(kPrimary, "injected", false);
     CHECK(n.send->stats().replayed_messages == 2);
-    n.backup().frames_per_progress = 2;
+    b.frames_per_progress = 2;
     n.recv->on_ready(); // two replayed chunks of message 0 land: the receiver is at generation 2
     CHECK(n.recv->generation() == 2);
-    CHECK(n.backup().bytes_written == 1000);
+    CHECK(b.bytes_written == 1000);
 
     // Half of the stale frames arrive now, mid-replay...
     n.primary().hold = false;
     n.primary().frames_per_progress = 3;
     n.recv->on_ready();
     n.primary().hold = true;
-    CHECK(n.primary().wire.size() == 4);
+    CHECK(n.primary().streams[0].size() == 4);
     // ... the rest after every receive completed.
-    n.backup().frames_per_progress = SIZE_MAX;
+    b.frames_per_progress = SIZE_MAX;
     t.run();
     n.primary().hold = false;
     n.primary().frames_per_progress = SIZE_MAX;
     n.recv->on_ready();
     n.send->on_ready();
-    CHECK(n.primary().wire.empty());
+    CHECK(n.primary().streams[0].empty());
     CHECK(n.primary().bytes_written == 0);
     CHECK(n.primary().count(Placement::kDiscard) == 7);
     for (const Located &l : n.primary().locates) CHECK(l.gen == 1);
-    CHECK(n.backup().bytes_written == 3500);
+    CHECK(b.bytes_written == 3500);
+    // The notice arrives last: it names the primary as abandoned, and the receiver fences it.
+    CHECK(n.primary().fences == 0);
+    b.paused[0] = false;
+    n.recv->on_ready();
+    REQUIRE(b.notices.size() == 1);
+    CHECK(b.notices[0].gen == 2);
+    CHECK(b.notices[0].abandoned == kPrimary);
+    CHECK(n.primary().fences == 1);
     t.check_spent();
     n.check_posting();
 }
@@ -262,7 +281,7 @@ TEST_CASE("multi-recv with equal tags across a failover binds buffers in sequenc
           "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.primary().chunk = n.backup().chunk = 1000;
     n.primary().frames_per_progress = 5; // message 0 whole, two chunks of message 1
     t.recv({6000, 6000, 6000}, {9, 9, 9}, {0, 1, 2});
@@ -284,14 +303,19 @@ TEST_CASE("multi-recv with equal tags across a failover binds buffers in sequenc
 TEST_CASE("replayed_messages counts exactly the messages without an ack", "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.recv({100}, {0}, {0});
     t.recv({100}, {0}, {1});
-    for (int i = 0; i < 5; ++i) t.send(100, 0);
-    t.poll(); // two receives posted: seq 0 and 1 land and are acked
+    for (int i = 0; i < 2; ++i) t.send(100, 0);
+    t.poll(); // seq 0 and 1 land and are acked
     t.poll(); // the sender reads the acks
     REQUIRE(t.send_done(0));
     REQUIRE(t.send_done(1));
+    n.primary().hold = true; // the next three stay in the network
+    for (int i = 2; i < 5; ++i) t.recv({100}, {0}, {i});
+    for (int i = 2; i < 5; ++i) t.send(100, 0);
+    t.poll();
+    REQUIRE(t.all_posted());
     REQUIRE_FALSE(t.send_done(2));
     CHECK(n.send->stats().generation == 1);
     CHECK(n.send->stats().failovers == 0);
@@ -301,9 +325,8 @@ TEST_CASE("replayed_messages counts exactly the messages without an ack", "[fail
     CHECK(st.generation == 2);
     CHECK(st.failovers == 1);
     CHECK(st.replayed_messages == 3);
-    CHECK(n.backup().begins == std::vector<std::pair<uint64_t, uint32_t>>{{2, 2}});
+    CHECK(n.backup().begun() == std::vector<std::pair<uint64_t, uint32_t>>{{2, 2}});
     CHECK(n.backup().posted == std::vector<std::pair<uint64_t, uint32_t>>{{2, 2}, {3, 2}, {4, 2}});
-    for (int i = 2; i < 5; ++i) t.recv({100}, {0}, {i});
     t.run();
     // A second failure has nothing to fail over to: stats do not move.
     n.send->fail_path(kPrimary, "again", false);
@@ -318,13 +341,13 @@ TEST_CASE("stall watchdog: a silently dead primary is left after stall_timeout",
 {
     constexpr uint64_t kStallMs = 40;
     Net n(config(5000, kStallMs, 5));
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.recv({1000}, {1}, {0});
     t.send(1000, 1);
     t.run(); // a first message: the primary is heard
     t.recv({3000}, {1}, {1});
     t.recv({3000}, {1}, {2});
-    n.primary().back.push_back({Back::kAck, 1, 1}); // heard once more, then never again
+    n.primary().back.push_back({Back::kAck, 1, 1, 0, {}}); // heard once more, then never again
     const uint64_t t_heard = vigil::now_ns();
     n.send->on_ready();
     n.primary().silence();
@@ -352,12 +375,12 @@ TEST_CASE("stall watchdog: a silently dead primary is left after stall_timeout",
 TEST_CASE("the receiver's port fails: its failover request moves the sender", "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.recv({500}, {2}, {0});
     t.send(500, 2);
     t.run();
-    // A request for another generation is not for the sender's current path: ignored.
-    n.backup().back.push_back({Back::kFailoverRequest, 0, 7});
+    // A request naming a slot the connection does not have: ignored.
+    n.backup().back.push_back({Back::kFailoverRequest, 0, 0, 7, {}});
     n.send->on_ready();
     CHECK(n.send->stats().failovers == 0);
 
@@ -389,7 +412,7 @@ TEST_CASE("no path left: requests stay pending until fatal_timeout, then -ECONNR
     const bool backup = GENERATE(true, false);
     INFO((backup ? "with a backup" : "without a backup (null)"));
     Net n(config(kFatalMs), backup);
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.recv({100}, {1}, {0});
     t.send(100, 1);
     t.run();
@@ -406,8 +429,7 @@ TEST_CASE("no path left: requests stay pending until fatal_timeout, then -ECONNR
 
     // While the fatal timeout runs: isend/irecv/test return 0; nothing completes.
     poll_for(t, kFatalMs / 3);
-    t.send(10, 1);
-    t.recv({10}, {1}, {2});
+    t.recv({10}, {1}, {2}); // posted, but its CTS has no path to travel
     REQUIRE_FALSE(t.send_done(1));
     REQUIRE_FALSE(t.recv_done(1));
 
@@ -419,27 +441,25 @@ TEST_CASE("no path left: requests stay pending until fatal_timeout, then -ECONNR
     CHECK(fr.at_ns - t0 >= kFatalMs * kMs);
     // Every pending request fails, and later calls too.
     int d = -1;
-    CHECK(n.send->test(t.msgs[2].req, &d, nullptr) == -ECONNRESET);
-    CHECK(d == 0);
     CHECK(n.recv->test(t.recvs[2].req, &d, nullptr) == -ECONNRESET);
     CHECK(d == 0);
     Request *r = t.msgs[0].req;
     uint8_t b = 0;
-    CHECK(n.send->isend(&b, 1, 1, &r) == -ECONNRESET);
+    CHECK(n.send->isend(&b, 1, 1, nullptr, &r) == -ECONNRESET);
     CHECK(r == nullptr);
     void *p = &b;
     size_t sz = 1;
     int tag = 1;
     r = t.msgs[0].req;
-    CHECK(n.recv->irecv(1, &p, &sz, &tag, &r) == -ECONNRESET);
+    CHECK(n.recv->irecv(1, &p, &sz, &tag, nullptr, &r) == -ECONNRESET);
     CHECK(r == nullptr);
     t.check_spent();
 }
 
-TEST_CASE("orderly close on every path with nothing pending is not an error", "[failover]")
+TEST_CASE("an orderly close by the peer with nothing pending is not an error", "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     const bool after_failover = GENERATE(false, true);
     INFO((after_failover ? "after a failover" : "on the primary"));
     if (after_failover) n.send->fail_path(kPrimary, "injected", true);
@@ -447,25 +467,33 @@ TEST_CASE("orderly close on every path with nothing pending is not an error", "[
     t.send(300, 1);
     n.recv->on_ready(); // delivered and acked...
     n.send->on_ready(); // ... and the ack read; neither request tested yet
-    for (Lane &l : n.lane) l.send_peer_closed = l.recv_peer_closed = true;
-    n.send->on_ready();
-    n.recv->on_ready();
-    t.run(); // test() reports both done with 0
-    CHECK(n.send->stats().failovers == (after_failover ? 1u : 0u));
-    CHECK(n.send->stats().generation == (after_failover ? 2u : 1u));
-    // Only a later isend is an error, as with one path.
     uint8_t b = 0;
-    Request *r = t.msgs[0].req;
-    CHECK(n.send->isend(&b, 1, 1, &r) == -ECONNRESET);
-    CHECK(r == nullptr);
-    if (!after_failover) {
+    SECTION("closeRecv")
+    {
+        n.recv->close();
+        n.send->on_ready();
+        t.run(); // test() reports both done with 0
+        // Only a later isend is an error, as with one path.
+        Request *r = t.msgs[0].req;
+        CHECK(n.send->isend(&b, 1, 1, nullptr, &r) == -ECONNRESET);
+        CHECK(r == nullptr);
+    }
+    SECTION("closeSend")
+    {
+        t.poll_sends();
+        n.send->close();
+        n.recv->on_ready();
+        t.poll_recvs();
+        REQUIRE(t.finished());
         void *p = &b;
         size_t sz = 1;
         int tag = 1;
-        r = t.msgs[0].req;
-        CHECK(n.recv->irecv(1, &p, &sz, &tag, &r) == -ECONNRESET);
+        Request *r = t.recvs[0].req;
+        CHECK(n.recv->irecv(1, &p, &sz, &tag, nullptr, &r) == -ECONNRESET);
         CHECK(r == nullptr);
     }
+    CHECK(n.send->stats().failovers == (after_failover ? 1u : 0u));
+    CHECK(n.send->stats().generation == (after_failover ? 2u : 1u));
 }
 
 // ---- Loss detected inside progress() --------------------------------------------------------
@@ -477,7 +505,7 @@ TEST_CASE("an error from progress() with data in flight: failover, replay, deliv
           "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.primary().hold = true;
     t.recv({2000}, {1}, {0}); // the receiver heartbeats both paths...
     t.send(2000, 1);          // ... and the sender reads those heartbeats here
@@ -495,7 +523,7 @@ TEST_CASE("the receiver's failover request with data in flight: failover, replay
           "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.primary().hold = true; // the message is stuck on the primary
     t.recv({700}, {1}, {0});
     t.send(700, 1);
@@ -520,7 +548,7 @@ TEST_CASE("the last path lost inside progress(): the sender waits fatal_timeout"
                           "no backup (null); the primary reports an error"};
     INFO(what[how]);
     Net n(config(kFatalMs), how != 2);
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     if (how == 0) {
         n.send->fail_path(kBackup, "injected", false); // only the primary is left
         REQUIRE(n.send->stats().failovers == 0);
@@ -542,7 +570,7 @@ TEST_CASE("the last path lost inside progress(): the receiver waits fatal_timeou
 {
     constexpr uint64_t kFatalMs = 150;
     Net n(config(kFatalMs));
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.recv({100}, {1}, {0});
     n.recv->fail_path(kBackup, "injected"); // only the primary is left
     n.primary().recv_error = -EHOSTUNREACH;
@@ -555,7 +583,7 @@ TEST_CASE("the last path lost inside progress(): the receiver waits fatal_timeou
 TEST_CASE("a port going down moves both ends off its device", "[failover]")
 {
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.primary().hold = true;
     t.recv({1200}, {6}, {0});
     t.send(1200, 6);
@@ -593,7 +621,7 @@ TEST_CASE("regression: a frame located before a generation change is not counted
     // landed() then dereferences slots_[seq].req, which is nullptr once the floor moved past
     // seq (the slot was reset to Slot{}).
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.primary().chunk = n.backup().chunk = 1000;
     n.primary().split_payload = true;
     n.backup().frames_per_progress = 1;
@@ -615,28 +643,24 @@ TEST_CASE("regression: the last ack and the peer's orderly close in one progress
           "[failover]")
 {
     // The receiver completes the last message, acks it, and NCCL closes the receive comm.
-    // The sender reads that ack and the EOF in the same progress() call (it did not poll in
-    // between). SendComm::progress_locked() gathers acks in a local (`ack`) and raises
-    // acked_ only after the path loop, but its peer_closed branch tests
-    // `acked_ < next_seq_` inside the loop: the EOF looks like a close with sends
-    // outstanding. (Same with no backup: a WARN, and isend after the close is not refused.)
-    // Expected: an orderly close: no failover, generation 1, the next isend -ECONNRESET.
-    // Actual: failover to the backup (a WARN, generation 2, the acked message replayed onto
-    // a closed path), then the backup's EOF leaves no path; peer_closed_ is never set, so
-    // the next isend returns 0 and its request fails only after fatal_timeout.
+    // The sender reads that ack and the goodbye in the same progress() call (it did not poll
+    // in between). Acks are gathered during the path loop and applied after it; the goodbye
+    // must be judged against them, or the close looks like one with sends outstanding.
+    // Expected: an orderly close: the send completes, no failover, generation 1, the next
+    // isend -ECONNRESET.
     Net n(config());
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.recv({300}, {1}, {0});
     t.send(300, 1);
     n.recv->on_ready(); // delivered and acked on both paths; the sender has not read it
-    for (Lane &l : n.lane) l.send_peer_closed = l.recv_peer_closed = true;
+    n.recv->close();    // and the goodbye follows on both paths
     t.run();
     CHECK(n.send->stats().failovers == 0);
     CHECK(n.send->stats().generation == 1);
     CHECK(n.backup().posted.empty());
     uint8_t b = 0;
     Request *r = nullptr;
-    CHECK(n.send->isend(&b, 1, 1, &r) == -ECONNRESET);
+    CHECK(n.send->isend(&b, 1, 1, nullptr, &r) == -ECONNRESET);
 }
 
 TEST_CASE("regression: the receiver gives up when every path goes silent", "[failover]")
@@ -649,7 +673,7 @@ TEST_CASE("regression: the receiver gives up when every path goes silent", "[fai
     // returns -ECONNRESET, as on the sender. Actual: 0 forever.
     constexpr uint64_t kStallMs = 20, kFatalMs = 60;
     Net n(config(kFatalMs, kStallMs, 2));
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     t.recv({100}, {1}, {0});
     n.primary().silence();
     n.backup().silence();
@@ -667,7 +691,7 @@ TEST_CASE("regression: a silent standby is declared dead", "[failover]")
     // catches it only a stall_timeout later.
     constexpr uint64_t kStallMs = 20;
     Net n(config(5000, kStallMs, 2));
-    Traffic t(n);
+    Traffic t(*n.send, *n.recv);
     n.backup().silence();
     const uint64_t until = vigil::now_ns() + 4 * kStallMs * kMs;
     for (int i = 0; vigil::now_ns() < until; ++i) { // the primary carries traffic meanwhile
@@ -679,4 +703,55 @@ TEST_CASE("regression: a silent standby is declared dead", "[failover]")
     n.send->fail_path(kPrimary, "injected", false);
     CHECK(n.send->stats().failovers == 0);
     CHECK(n.send->stats().generation == 1);
+}
+
+TEST_CASE("a notice that lags behind a rebuild does not fence the slot's new path", "[failover]")
+{
+    // The sender fails over from the primary (generation 2, notice naming the primary) and
+    // soon rebuilds it; the receiver takes the rebuilt primary before it reads the notice,
+    // which lags on the backup's stream 0. The notice names the old primary's id: the new
+    // primary in that slot must stay up.
+    vn::FailoverConfig cfg = config();
+    cfg.rebuild_backoff_min_ns = 1 * kMs;
+    cfg.failback_hold_ns = 5000 * kMs; // no failback during the test
+    Net n(cfg, true, true);
+    n.fab.refuse = {{false, false}};
+    Traffic t(*n.send, *n.recv);
+    Lane &b = n.backup();
+    b.set_streams(2);
+    b.paused[0] = true; // the notice waits here
+    b.split = [](const vn::OutMessage &m, Lane &l) {
+        tp::FakeSendPath::write_to(l, 1, tp::chunk_of(m, 0, m.size, l.gen));
+    };
+    const uint64_t old_primary = n.primary().id;
+    n.primary().silence();
+    n.send->fail_path(kPrimary, "injected", false);
+    REQUIRE(b.begins.size() == 1);
+    CHECK(b.begins[0].abandoned == kPrimary);
+    CHECK(b.begins[0].abandoned_id == old_primary);
+    // Traffic on the backup (data on stream 1) while the sender rebuilds the primary.
+    for (int i = 0; i < 3; ++i) {
+        t.recv({64}, {1}, {i});
+        t.send(64, 1);
+        t.run();
+    }
+    const uint64_t deadline = vigil::now_ns() + 1000 * kMs;
+    while (n.fab.accepted.empty()) {
+        REQUIRE(vigil::now_ns() < deadline);
+        n.send->on_ready();
+        n.recv->on_ready();
+        nap();
+    }
+    Lane &np = n.rebuilt(kPrimary);
+    CHECK(np.id != old_primary);
+    b.paused[0] = false; // the lagging notice arrives now
+    n.recv->on_ready();
+    REQUIRE(b.notices.size() == 1);
+    CHECK(b.notices[0].abandoned_id == old_primary);
+    CHECK(np.fences == 0);
+    CHECK(n.primary().fences == 0); // replaced before the notice came: nothing left to fence
+    t.recv({64}, {1}, {3});
+    t.send(64, 1);
+    t.run();
+    n.check_posting();
 }

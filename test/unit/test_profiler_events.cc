@@ -8,39 +8,55 @@
 #include <vector>
 
 #include "clock.h"
-#include "comm.h"
 #include "nccl_abi/profiler_net_vigil.h"
+#include "send_comm.h"
 #include "telemetry/registry.h"
 
 namespace {
 
 namespace vn = vigil::net;
 
-// A send path whose messages are acked as soon as progress() runs.
+// A send path whose messages are acked as soon as progress() runs, and whose receiver keeps
+// two single-buffer CTS groups (tag 0, 1 MiB) ahead of the sends.
 class InstantPath final : public vn::SendPath
 {
 public:
-    explicit InstantPath(int dev) : dev_(dev) {}
-    void begin(uint64_t first_seq, uint32_t) override { next_ = first_seq; }
+    InstantPath(int slot, int dev)
+    {
+        id_.slot = slot;
+        id_.dev = dev;
+        id_.dev_name = "fake" + std::to_string(dev);
+        id_.local = "a:1";
+        id_.peer = "b:2";
+    }
+    const vn::PathIdentity &identity() const override { return id_; }
+    void begin(uint64_t first_seq, uint32_t, int, uint64_t) override { next_ = first_seq; }
     void post(const vn::OutMessage &m) override { next_ = m.seq + 1; }
     bool idle() const override { return true; }
     void probe() override {}
+    void goodbye() override {}
     void sabotage() override {}
-    int local_dev() const override { return dev_; }
-    vn::PathStatus progress(uint64_t *acked) override
+    vn::PathStatus progress(vn::SendSink &sink) override
     {
-        if (next_ > *acked) *acked = next_;
+        sink.acked(next_);
+        for (; groups_ < next_ + 2; ++groups_) {
+            vn::CtsGroup g;
+            g.index = g.first_seq = groups_;
+            g.n = 1;
+            g.entries[0].size = 1 << 20;
+            REQUIRE(sink.cts(g) == 0);
+        }
         vn::PathStatus st;
         st.heard = true;
         return st;
     }
     int fd(size_t) const override { return -1; }
     size_t nfds() const override { return 0; }
-    std::string describe() const override { return "dev fake" + std::to_string(dev_) + " a:1 -> b:2"; }
 
 private:
-    int dev_;
+    vn::PathIdentity id_;
     uint64_t next_ = 0;
+    uint64_t groups_ = 0;
 };
 
 struct Call {
@@ -66,19 +82,15 @@ ncclResult_t fake_profiler(void **eHandle, int type, void *pHandle, int64_t plug
     return ncclSuccess;
 }
 
-vn::FailoverConfig config()
-{
-    vn::FailoverConfig c;
-    c.window_ns = 20'000; // 20 us windows: several close between sends below
-    return c;
-}
-
 std::unique_ptr<vn::SendComm> make_comm()
 {
-    std::array<std::unique_ptr<vn::SendPath>, vn::kMaxPaths> p;
-    p[vn::kPrimary] = std::make_unique<InstantPath>(3);
-    p[vn::kBackup] = std::make_unique<InstantPath>(4);
-    return std::make_unique<vn::SendComm>(std::move(p), config());
+    vn::TelemetryConfig t;
+    t.window_ns = 20'000; // 20 us windows: several close between sends below
+    vn::SendPaths p;
+    p.paths[vn::kPrimary] = std::make_unique<InstantPath>(vn::kPrimary, 3);
+    p.paths[vn::kBackup] = std::make_unique<InstantPath>(vn::kBackup, 4);
+    return std::make_unique<vn::SendComm>(std::move(p), std::array<int, vn::kMaxPaths>{{3, 4}},
+                                          vn::FailoverConfig{}, t);
 }
 
 void send_some(vn::SendComm &c, void *phandle, int n)
@@ -86,7 +98,7 @@ void send_some(vn::SendComm &c, void *phandle, int n)
     static uint8_t buf[4096];
     for (int i = 0; i < n; ++i) {
         vn::Request *r = nullptr;
-        REQUIRE(c.isend(buf, sizeof(buf), 0, &r, phandle) == 0);
+        for (int k = 0; k < 100 && r == nullptr; ++k) REQUIRE(c.isend(buf, sizeof(buf), 0, nullptr, &r, phandle) == 0);
         REQUIRE(r != nullptr);
         int done = 0;
         while (!done) REQUIRE(c.test(r, &done, nullptr) == 0);

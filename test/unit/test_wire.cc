@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// TCP wire formats: hello, frame header, ack.
+// TCP wire formats: hello, frame header (data and control frames), back channel.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -21,6 +21,7 @@ Hello sample_hello()
     h.path_kind = 1;
     for (size_t i = 0; i < h.nonce.size(); ++i) h.nonce[i] = static_cast<uint8_t>(i + 1);
     h.conn_id = 0x0123456789abcdefULL;
+    h.path_id = 0xfedcba9876543210ULL;
     return h;
 }
 
@@ -59,7 +60,17 @@ FrameHeader sample_frame()
     f.offset = 200;
     f.len = 300;
     f.tag = -5;
+    f.entry = 6;
     return f;
+}
+
+std::string back_verdict(const BackHeader &h)
+{
+    std::array<uint8_t, BackHeader::kSize> b{};
+    h.encode(b.data());
+    BackHeader out;
+    const char *bad = out.decode(b.data());
+    return bad == nullptr ? "" : bad;
 }
 
 } // namespace
@@ -87,7 +98,7 @@ TEST_CASE("Hello round trip", "[wire]")
     CHECK(out.path_kind == 1);
     CHECK(out.nonce == h.nonce);
     CHECK(out.conn_id == h.conn_id);
-    CHECK(out.reserved == 0);
+    CHECK(out.path_id == h.path_id);
 }
 
 TEST_CASE("Hello accepts the bounds of every field", "[wire]")
@@ -113,7 +124,7 @@ TEST_CASE("Hello rejects each bad field", "[wire]")
     }
     SECTION("version")
     {
-        h.version = 2;
+        h.version = 1; // the byte-stream protocol before CTS
         CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("version"));
         h.version = 0;
         CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("version"));
@@ -145,10 +156,10 @@ TEST_CASE("Hello rejects each bad field", "[wire]")
         h.conn_id = 0;
         CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("connection id"));
     }
-    SECTION("reserved != 0")
+    SECTION("path id 0")
     {
-        h.reserved = 1ULL << 63;
-        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("reserved"));
+        h.path_id = 0;
+        CHECK_THAT(hello_verdict(hello_bytes(h)), Catch::Contains("path id"));
     }
 }
 
@@ -174,6 +185,8 @@ TEST_CASE("FrameHeader round trip", "[wire]")
     CHECK(out.offset == f.offset);
     CHECK(out.len == f.len);
     CHECK(out.tag == -5);
+    CHECK(out.entry == 6);
+    CHECK(out.kind == FrameHeader::kData);
 }
 
 TEST_CASE("FrameHeader accepts boundary values", "[wire]")
@@ -243,33 +256,104 @@ TEST_CASE("FrameHeader rejects each bad field", "[wire]")
         f.len = 300;
         CHECK_THAT(frame_verdict(f), Catch::Contains("outside"));
     }
-    SECTION("offset + len overflowing 64 bits")
+    SECTION("a CTS entry index beyond a group")
     {
-        f.offset = UINT64_MAX - 1;
+        f.entry = FrameHeader::kMaxEntries;
+        CHECK_THAT(frame_verdict(f), Catch::Contains("entry"));
+    }
+    SECTION("offset + len overflowing 32 bits")
+    {
+        f.size = kMaxMsg;
+        f.offset = UINT32_MAX - 1;
         f.len = 4;
         CHECK_THAT(frame_verdict(f), Catch::Contains("outside"));
-        // Even with no message-size limit at all, the wrap-around must not slip through.
-        f.size = UINT64_MAX;
-        CHECK_FALSE(frame_verdict(f, UINT64_MAX).empty());
-        f.offset = UINT64_MAX - 4;
-        CHECK(frame_verdict(f, UINT64_MAX).empty()); // ends exactly at UINT64_MAX
+    }
+    SECTION("an unknown kind or non-zero reserved bytes")
+    {
+        std::array<uint8_t, FrameHeader::kSize> b{};
+        f.encode(b.data());
+        FrameHeader out;
+        b[4] = 9;
+        CHECK_THAT(std::string(out.decode(b.data(), kMaxMsg)), Catch::Contains("kind"));
+        f.encode(b.data());
+        b[7] = 1;
+        CHECK_THAT(std::string(out.decode(b.data(), kMaxMsg)), Catch::Contains("reserved"));
+        f.encode(b.data());
+        b[39] = 1;
+        CHECK_THAT(std::string(out.decode(b.data(), kMaxMsg)), Catch::Contains("reserved"));
     }
 }
 
-TEST_CASE("AckFrame round trip and bad magic", "[wire]")
+TEST_CASE("control frames carry no payload and name a valid slot", "[wire]")
 {
-    AckFrame a;
-    a.gen = 7;
-    a.ack_seq = 0xfedcba9876543210ULL;
-    std::array<uint8_t, AckFrame::kSize> b{};
-    a.encode(b.data());
-    CHECK(std::memcmp(b.data(), "VLGK", 4) == 0);
-    AckFrame out;
-    REQUIRE(out.decode(b.data()));
-    CHECK(out.gen == 7);
-    CHECK(out.ack_seq == a.ack_seq);
+    FrameHeader f;
+    f.kind = FrameHeader::kGeneration;
+    f.gen = 3;
+    f.seq = 77;
+    f.entry = FrameHeader::kNoSlot;
+    f.path = 0x8877665544332211ULL;
+    CHECK(frame_verdict(f).empty());
+    std::array<uint8_t, FrameHeader::kSize> b{};
+    f.encode(b.data());
+    FrameHeader out;
+    REQUIRE(out.decode(b.data(), kMaxMsg) == nullptr);
+    CHECK(out.path == f.path); // the abandoned path's id rides where a data frame's size is
+    CHECK(out.seq == 77);
+    f.entry = 1;
+    CHECK(frame_verdict(f).empty());
+    f.entry = 2;
+    CHECK_THAT(frame_verdict(f), Catch::Contains("slot"));
+    for (uint8_t k : {FrameHeader::kProbe, FrameHeader::kGoodbye}) {
+        FrameHeader c;
+        c.kind = k;
+        CHECK(frame_verdict(c).empty());
+        c.len = 1;
+        c.size = 1;
+        CHECK_THAT(frame_verdict(c), Catch::Contains("payload"));
+    }
+}
 
-    b[2] ^= 0x10;
-    AckFrame bad;
-    CHECK_FALSE(bad.decode(b.data()));
+TEST_CASE("BackHeader round trip, bounds and bad fields", "[wire]")
+{
+    BackHeader a;
+    a.kind = BackHeader::kAck;
+    a.arg = 7;
+    a.value = 0xfedcba9876543210ULL;
+    std::array<uint8_t, BackHeader::kSize> b{};
+    a.encode(b.data());
+    CHECK(std::memcmp(b.data(), "VLGB", 4) == 0);
+    BackHeader out;
+    REQUIRE(out.decode(b.data()) == nullptr);
+    CHECK(out.kind == BackHeader::kAck);
+    CHECK(out.arg == 7);
+    CHECK(out.value == a.value);
+    CHECK(out.payload() == 0);
+
+    BackHeader cts;
+    cts.kind = BackHeader::kCts;
+    for (uint8_t n = 1; n <= BackHeader::kMaxEntries; ++n) {
+        cts.count = n;
+        CHECK(back_verdict(cts).empty());
+    }
+    cts.count = BackHeader::kMaxEntries;
+    cts.encode(b.data());
+    REQUIRE(out.decode(b.data()) == nullptr);
+    CHECK(out.payload() == 8 + BackHeader::kMaxEntries * BackHeader::kEntrySize);
+    CHECK(BackHeader::kSize + out.payload() == BackHeader::kMaxBytes);
+    cts.count = 0;
+    CHECK_THAT(back_verdict(cts), Catch::Contains("count"));
+    cts.count = BackHeader::kMaxEntries + 1;
+    CHECK_THAT(back_verdict(cts), Catch::Contains("count"));
+    a.count = 1; // only CTS groups have entries
+    CHECK_THAT(back_verdict(a), Catch::Contains("count"));
+    BackHeader k;
+    k.kind = 4;
+    CHECK_THAT(back_verdict(k), Catch::Contains("kind"));
+    k.kind = BackHeader::kGoodbye;
+    k.encode(b.data());
+    b[1] ^= 0x10;
+    CHECK_THAT(std::string(out.decode(b.data())), Catch::Contains("magic"));
+    k.encode(b.data());
+    b[13] = 1;
+    CHECK_THAT(std::string(out.decode(b.data())), Catch::Contains("reserved"));
 }

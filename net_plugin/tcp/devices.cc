@@ -10,7 +10,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
-namespace vigil::net {
+namespace vigil::net::tcp {
 
 bool IfaceSelector::parse(std::string_view spec, IfaceSelector *out, std::string *why)
 {
@@ -163,4 +163,4 @@ void read_sysfs(Device *dev, int speed_override)
     dev->guid = h;
 }
 
-} // namespace vigil::net
+} // namespace vigil::net::tcp

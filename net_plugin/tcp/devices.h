@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "handle.h"
+#include "../handle.h"
 
-namespace vigil::net {
+namespace vigil::net::tcp {
 
 /// A parsed interface list in NCCL's syntax (NCCL src/misc/utils.cc parseStringList and
 /// matchIfList): comma-separated names, each a prefix unless the list starts with `=`
@@ -61,4 +61,4 @@ int select_devices(const std::vector<IfaceInfo> &ifaces, std::string_view spec,
 /// `speed_override` > 0 wins over the link's speed; 10000 when the link does not say.
 void read_sysfs(Device *dev, int speed_override);
 
-} // namespace vigil::net
+} // namespace vigil::net::tcp

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+// The sendComm's failover state machine (states and transitions: send_comm.h): leaving a
+// failed path, replaying on another, watchdogs, rebuilding dead paths and failing back.
+#include <algorithm>
+#include <cstring>
+
+#include "clock.h"
+#include "log.h"
+#include "send_comm.h"
+#include "telemetry/writer.h"
+
+namespace vigil::net {
+
+void SendComm::fail_path(int slot, const std::string &cause, bool sabotage) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (slot < 0 || slot >= kMaxPaths || !paths_[slot].alive()) return;
+    if (sabotage) paths_[slot].path->sabotage();
+    failover_locked(slot, cause);
+    progress_locked();
+}
+
+void SendComm::fail_active(const std::string &cause, bool sabotage) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (paths_[active_].state != SlotState::kActive) return;
+    if (sabotage) paths_[active_].path->sabotage();
+    failover_locked(active_, cause);
+    progress_locked();
+}
+
+void SendComm::port_down(int dev, const std::string &cause) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    // The standby first, so a failover never lands on a path that is going down too.
+    for (int i : {kBackup, kPrimary})
+        if (paths_[i].alive() && paths_[i].state != SlotState::kActive &&
+            paths_[i].path->identity().dev == dev)
+            failover_locked(i, cause);
+    for (int i : {kBackup, kPrimary})
+        if (paths_[i].alive() && paths_[i].path->identity().dev == dev) failover_locked(i, cause);
+    progress_locked();
+}
+
+void SendComm::port_up(int dev) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    for (PathSlot &sl : paths_) {
+        if (sl.alive() || devs_[static_cast<size_t>(&sl - paths_.data())] != dev) continue;
+        sl.next_rebuild_ns = 0;
+        sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
+    }
+    progress_locked();
+}
+
+void SendComm::failover_locked(int dead, const std::string &cause) noexcept
+{
+    const uint64_t t0 = now_ns();
+    PathSlot &d = paths_[dead];
+    const bool was_active = d.state == SlotState::kActive;
+    d.state = SlotState::kDead;
+    if (d.tm) {
+        if (was_active) d.tm->meter.on_abandon(t0, next_seq_ - acked_, unacked_bytes_locked());
+        d.tm->meter.on_error(t0);
+        d.tm->meter.set_state(t0, telemetry::kDead, gen_);
+        if (d.tm->entry) d.tm->entry->failovers.fetch_add(1, std::memory_order_relaxed);
+    }
+    watch(*d.path, false);
+    if (!was_active) {
+        cancel_drain_locked();
+        VLOG_WARN("host %s: standby path lost: %s: %s; the connection has no standby now",
+                  host_name(), d.desc.c_str(), cause.c_str());
+        return;
+    }
+    int next = -1;
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (paths_[i].alive()) next = i;
+    if (next < 0) {
+        no_path_since_ns_ = t0;
+        VLOG_WARN("host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
+                  host_name(), d.desc.c_str(), cause.c_str(),
+                  static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
+        return;
+    }
+    const uint64_t bytes = switch_to_locked(next, dead);
+    PathSlot &a = paths_[next];
+    backup_since_ns_ = t0;
+    ++stats_.failovers;
+    failover_t0_ns_ = t0;
+    queue_event_locked(vigilNetProfFailover, dead, bytes);
+    telemetry::record_event(telemetry::EventType::kFailover,
+                            d.desc + " -> " + a.desc + ": " + cause + ", generation " +
+                                std::to_string(gen_) + ", replaying " +
+                                std::to_string(next_seq_ - acked_) + " messages");
+    failover_probe_seq_ = acked_ + 1;
+    failover_timing_ = next_seq_ > acked_;
+    VLOG_WARN("host %s: failover: %s: %s; now on %s, generation %u, replaying %llu messages "
+              "(seq %llu..%llu, %llu bytes), switch took %.1f us",
+              host_name(), d.desc.c_str(), cause.c_str(), a.desc.c_str(), gen_,
+              static_cast<unsigned long long>(next_seq_ - acked_),
+              static_cast<unsigned long long>(acked_), static_cast<unsigned long long>(next_seq_),
+              static_cast<unsigned long long>(bytes), static_cast<double>(now_ns() - t0) / 1e3);
+}
+
+void SendComm::cancel_drain_locked() noexcept
+{
+    if (!draining_) return;
+    draining_ = false;
+    if (paths_[active_].state == SlotState::kActive)
+        for (uint64_t s = std::max(drain_from_seq_, acked_); s < next_seq_; ++s) post_locked(s);
+}
+
+uint64_t SendComm::switch_to_locked(int slot, int abandoned) noexcept
+{
+    draining_ = false; // the replay below covers anything held back
+    const uint64_t now = now_ns();
+    PathSlot &old = paths_[active_];
+    if (active_ != slot && old.state == SlotState::kActive) { // failback: old goes back to standby
+        old.state = SlotState::kStandby;
+        if (old.tm) {
+            old.tm->meter.on_abandon(now, next_seq_ - acked_, unacked_bytes_locked());
+            old.tm->meter.set_state(now, telemetry::kStandby, gen_ + 1);
+        }
+    }
+    ++gen_;
+    active_ = slot;
+    PathSlot &a = paths_[slot];
+    a.state = SlotState::kActive;
+    if (a.tm) {
+        a.tm->meter.set_state(now, telemetry::kActive, gen_);
+        a.tm->meter.on_replay(now, static_cast<uint32_t>(next_seq_ - acked_));
+    }
+    const uint64_t abandoned_id =
+        abandoned >= 0 && paths_[abandoned].path ? paths_[abandoned].path->identity().id : 0;
+    a.path->begin(acked_, gen_, abandoned, abandoned_id);
+    for (uint64_t s = acked_; s < next_seq_; ++s) post_locked(s);
+    const uint64_t bytes = unacked_bytes_locked();
+    a.last_heard_ns = now_ns(); // the stall clock of the new active path starts now
+    stats_.generation = gen_;
+    stats_.replayed_messages += next_seq_ - acked_;
+    return bytes;
+}
+
+void SendComm::watchdogs_locked(uint64_t now) noexcept
+{
+    PathSlot &a = paths_[active_];
+    if (a.state == SlotState::kActive) {
+        // Stall watchdog: data the receiver has not acked and nothing heard for too long.
+        const uint64_t quiet = since(now, a.last_heard_ns);
+        if (acked_ < next_seq_ && quiet > cfg_.stall_timeout_ns)
+            failover_locked(active_, "stalled: nothing heard for " +
+                                         std::to_string(quiet / 1000000) + " ms with data in flight");
+    }
+    // A standby hears the receiver's heartbeats every probe interval; silence means dead.
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &sb = paths_[i];
+        const uint64_t quiet = since(now, sb.last_heard_ns);
+        if (sb.state == SlotState::kStandby && quiet > cfg_.stall_timeout_ns)
+            failover_locked(i, "silent: no heartbeat for " + std::to_string(quiet / 1000000) + " ms");
+    }
+    for (PathSlot &s : paths_) {
+        if (s.alive() && since(now, s.last_sent_ns) > cfg_.probe_interval_ns) {
+            s.path->probe();
+            s.last_sent_ns = now;
+        }
+    }
+    if (rebuilder_) {
+        rebuild_locked(now);
+        failback_locked(now);
+    }
+    bool any = false;
+    for (const PathSlot &s : paths_) any = any || s.alive();
+    if (any) no_path_since_ns_ = 0;
+    else if (no_path_since_ns_ != 0 && acked_ < next_seq_ &&
+             since(now, no_path_since_ns_) > cfg_.fatal_timeout_ns)
+        fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
+                                     std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");
+}
+
+void SendComm::install_locked(int i, std::unique_ptr<SendPath> p, uint64_t now) noexcept
+{
+    PathSlot &sl = paths_[i];
+    if (sl.path) watch(*sl.path, false);
+    sl.path = std::move(p);
+    watch(*sl.path, true);
+    sl.desc = sl.path->identity().describe();
+    sl.state = SlotState::kStandby;
+    sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
+    sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
+    ++stats_.rebuilds;
+    telemetry::record_event(telemetry::EventType::kRebuild, sl.desc);
+    meter_locked(i);
+    if (sl.tm) sl.tm->meter.set_state(now, telemetry::kStandby, gen_);
+}
+
+void SendComm::rebuild_locked(uint64_t now) noexcept
+{
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &sl = paths_[i];
+        if (sl.alive() || !rebuilder_->can_rebuild(i) || now < sl.next_rebuild_ns) continue;
+        std::unique_ptr<SendPath> p;
+        if (rebuilder_->progress(i, &p) != 0) {
+            sl.next_rebuild_ns = now + sl.backoff_ns;
+            sl.backoff_ns = std::min(sl.backoff_ns * 2, cfg_.rebuild_backoff_max_ns);
+            continue;
+        }
+        if (!p) continue; // attempt in progress
+        install_locked(i, std::move(p), now);
+        bool other = false;
+        for (int k = 0; k < kMaxPaths; ++k) other = other || (k != i && paths_[k].alive());
+        VLOG_INFO(NCCL_NET, "host %s: path rebuilt: %s%s", host_name(), sl.desc.c_str(),
+                  other ? "" : "; it carries the connection now");
+        if (!other) {
+            const uint64_t bytes = switch_to_locked(i, -1);
+            VLOG_WARN("host %s: connection resumed on %s, generation %u, replaying %llu bytes",
+                      host_name(), sl.desc.c_str(), gen_, static_cast<unsigned long long>(bytes));
+        }
+    }
+}
+
+void SendComm::failback_locked(uint64_t now) noexcept
+{
+    // A primary that stayed alive for the hold time takes the traffic back, once the backup has
+    // nothing left in flight (so no write of the old generation can land after the switch).
+    PathSlot &pri = paths_[kPrimary];
+    if (active_ != kBackup || pri.state != SlotState::kStandby ||
+        since(now, pri.up_since_ns) < cfg_.failback_hold_ns)
+        return;
+    if (!draining_) drain_from_seq_ = next_seq_;
+    draining_ = true;
+    if (paths_[kBackup].alive() && !paths_[kBackup].path->idle()) return;
+    draining_ = false;
+    const uint64_t bytes = switch_to_locked(kPrimary, -1);
+    ++stats_.failbacks;
+    queue_event_locked(vigilNetProfFailback, kPrimary, bytes);
+    telemetry::record_event(telemetry::EventType::kFailback,
+                            pri.desc + ", generation " + std::to_string(gen_));
+    VLOG_INFO(NCCL_NET, "host %s: failback to %s after %.1f ms on the backup, generation %u, "
+              "replaying %llu bytes", host_name(), pri.desc.c_str(),
+              static_cast<double>(since(now, backup_since_ns_)) / 1e6, gen_,
+              static_cast<unsigned long long>(bytes));
+}
+
+} // namespace vigil::net

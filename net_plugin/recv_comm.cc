@@ -1,0 +1,398 @@
+// SPDX-License-Identifier: Apache-2.0
+// recvComm: CTS advertisement, frame placement and completion, acks, and the receiving side
+// of failover (generations, fencing, rebuilt paths).
+#include "recv_comm.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "clock.h"
+#include "log.h"
+#include "telemetry/writer.h"
+
+namespace vigil::net {
+
+RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
+                   const FailoverConfig &cfg, const TelemetryConfig &tcfg)
+    : Comm(devs), cfg_(cfg), tcfg_(tcfg), acceptor_(std::move(paths.acceptor))
+{
+    const uint64_t now = now_ns();
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &p = paths_[i];
+        p.sink.comm = this;
+        p.sink.slot = i;
+        if (!paths.paths[i]) continue;
+        p.path = std::move(paths.paths[i]);
+        p.desc = p.path->identity().describe();
+        p.alive = true;
+        p.last_heard_ns = now;
+        p.tm = PathTelemetry::make(tcfg_, Direction::kRecv, p.path->identity(), this);
+        if (i != kPrimary && p.tm) p.tm->meter.set_state(now, telemetry::kStandby, gen_);
+    }
+}
+
+RecvComm::~RecvComm()
+{
+    for (Request &r : reqs_)
+        if (r.state.load(std::memory_order_relaxed) == Request::kPending)
+            for (int i = 0; i < r.n; ++i) MemRegion::unref(r.mr[static_cast<size_t>(i)]);
+}
+
+std::string RecvComm::describe() const
+{
+    return paths_[kPrimary].desc;
+}
+
+uint32_t RecvComm::generation() noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    return gen_;
+}
+
+size_t RecvComm::nfds() const noexcept
+{
+    return path_fds(paths_);
+}
+
+int RecvComm::fd(size_t i) const noexcept
+{
+    return path_fd(paths_, i);
+}
+
+// ---- Posting receives ------------------------------------------------------------------------
+
+int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *tags,
+                    MemRegion *const *mrs, Request **out) noexcept
+{
+    *out = nullptr;
+    if (n < 1 || n > kMaxRecvs) {
+        VLOG_WARN("irecv with %d buffers; 1..%d supported", n, kMaxRecvs);
+        return -EINVAL;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    if (int e = error_.load(std::memory_order_relaxed)) return e;
+    if (peer_closed_) {
+        fail_locked(-ECONNRESET, describe() + ": irecv after the sender closed the connection");
+        return error_.load(std::memory_order_relaxed);
+    }
+    if (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > kMaxInflight) return 0;
+    Request *r = nullptr;
+    for (Request &c : reqs_) {
+        if (c.state.load(std::memory_order_acquire) == Request::kFree) {
+            r = &c;
+            break;
+        }
+    }
+    if (r == nullptr) return 0;
+    r->is_send = false;
+    r->comm = this;
+    r->seq = next_post_seq_;
+    r->n = n;
+    r->remaining = n;
+    CtsGroup &cts = r->cts;
+    cts.index = next_group_++;
+    cts.first_seq = next_post_seq_;
+    cts.n = n;
+    for (int i = 0; i < n; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        MemRegion *mr = mrs != nullptr ? mrs[i] : nullptr;
+        if (mr != nullptr) mr->ref();
+        r->mr[k] = mr;
+        r->data[k] = static_cast<uint8_t *>(data[i]);
+        r->msg_size[k] = 0;
+        r->bound[k] = false;
+        CtsEntry &e = cts.entries[k];
+        e.addr = reinterpret_cast<uintptr_t>(data[i]);
+        // A buffer larger than any message we carry is fine; the sender never needs more.
+        e.size = std::min<uint64_t>(sizes[i], kMaxMessageBytes);
+        e.tag = tags[i];
+        for (int s = 0; s < kMaxPaths; ++s) {
+            const FabricMr *fmr = mr != nullptr ? mr->on(devs_[static_cast<size_t>(s)]) : nullptr;
+            e.rkey[static_cast<size_t>(s)] = fmr != nullptr ? fmr->rkey : 0;
+        }
+        msgs_[(next_post_seq_ + static_cast<uint64_t>(i)) % kMaxInflight] = MsgSlot{r, -1, 0, false};
+    }
+    next_post_seq_ += static_cast<uint64_t>(n);
+    r->state.store(Request::kPending, std::memory_order_relaxed);
+    // Clear to send, on every live path: whichever survives, the sender has the group.
+    for (PathSlot &p : paths_)
+        if (p.alive) p.path->advertise(cts);
+    progress_locked();
+    *out = r;
+    return 0;
+}
+
+void RecvComm::readvertise_locked(int i) noexcept
+{
+    std::array<const Request *, kMaxRequests> open{};
+    size_t n = 0;
+    for (const Request &r : reqs_)
+        if (r.state.load(std::memory_order_relaxed) == Request::kPending && r.remaining > 0)
+            open[n++] = &r;
+    std::sort(open.begin(), open.begin() + static_cast<long>(n),
+              [](const Request *a, const Request *b) { return a->cts.index < b->cts.index; });
+    for (size_t k = 0; k < n; ++k) paths_[i].path->advertise(open[k]->cts);
+}
+
+void RecvComm::complete_locked(Request *r) noexcept
+{
+    for (int i = 0; i < r->n; ++i) {
+        MemRegion::unref(r->mr[static_cast<size_t>(i)]);
+        r->mr[static_cast<size_t>(i)] = nullptr;
+    }
+    r->state.store(Request::kDone, std::memory_order_release);
+}
+
+// ---- Placement (called by the paths through their SlotSink) ---------------------------------
+
+Placement RecvComm::SlotSink::locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
+{
+    return comm->locate(slot, gen, seq, tag, size, entry);
+}
+
+bool RecvComm::SlotSink::still_wanted(uint32_t gen, uint64_t seq)
+{
+    return comm->still_wanted(gen, seq);
+}
+
+int RecvComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
+{
+    return comm->landed(slot, seq, len, gen);
+}
+
+void RecvComm::SlotSink::generation(uint32_t gen, uint64_t /*first_seq*/, int abandoned, uint64_t abandoned_id)
+{
+    comm->notice_locked(slot, gen, abandoned, abandoned_id);
+}
+
+Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
+{
+    Placement p;
+    auto error = [&](int err) {
+        p.kind = Placement::kError;
+        p.error = err;
+        return p;
+    };
+    if (gen < gen_) return p.kind = Placement::kDiscard, p; // stale: its generation was replayed
+    if (gen > gen_) adopt_generation_locked(slot, gen);
+    if (seq < floor_) return p.kind = Placement::kDiscard, p; // replay of a completed message
+    // The sender only sends what a CTS entry allowed: anything else breaks the protocol.
+    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return error(-EPROTO);
+    MsgSlot &s = msgs_[seq % kMaxInflight];
+    if (s.complete) return p.kind = Placement::kDiscard, p;
+    Request *r = s.req;
+    if (entry < 0 || entry >= r->n) return error(-EPROTO);
+    const size_t e = static_cast<size_t>(entry);
+    if (r->cts.entries[e].tag != tag) return error(-EPROTO);
+    if (s.buf < 0) {
+        if (r->bound[e]) return error(-EPROTO); // two messages for one buffer
+        if (size > r->cts.entries[e].size) return error(-EMSGSIZE);
+        r->bound[e] = true;
+        r->msg_size[e] = size;
+        s.buf = entry;
+    } else if (s.buf != entry || r->msg_size[e] != size) {
+        return error(-EPROTO);
+    }
+    p.kind = Placement::kPlace;
+    p.dest = r->data[e];
+    return p;
+}
+
+bool RecvComm::still_wanted(uint32_t gen, uint64_t seq) const
+{
+    return gen == gen_ && seq >= floor_ && seq < next_post_seq_ && !msgs_[seq % kMaxInflight].complete;
+}
+
+int RecvComm::landed(int slot, uint64_t seq, uint64_t len, uint32_t gen)
+{
+    if (!still_wanted(gen, seq)) return 0; // a frame overtaken by a newer generation
+    if (PathTelemetry *tm = paths_[slot].tm.get()) {
+        const uint64_t now = now_ns();
+        tm->meter.on_complete(now, now, len); // receive side: bytes per path, no latency
+    }
+    MsgSlot &s = msgs_[seq % kMaxInflight];
+    Request *r = s.req;
+    s.got += len;
+    const uint64_t want = r->msg_size[static_cast<size_t>(s.buf)];
+    if (s.got > want) return -EPROTO;
+    if (s.got < want) return 0;
+    s.complete = true;
+    if (--r->remaining == 0) complete_locked(r);
+    const uint64_t old = floor_;
+    while (floor_ < next_post_seq_ && msgs_[floor_ % kMaxInflight].complete)
+        msgs_[floor_++ % kMaxInflight] = MsgSlot{};
+    if (floor_ != old)
+        for (PathSlot &p : paths_)
+            if (p.alive) p.path->ack(floor_, gen_);
+    return 0;
+}
+
+void RecvComm::adopt_generation_locked(int slot, uint32_t gen) noexcept
+{
+    // The sender switched paths and replays every message it has no ack for, whole: forget
+    // the partial progress of incomplete messages (their bytes get rewritten identically).
+    gen_ = gen;
+    for (uint64_t s = floor_; s < next_post_seq_; ++s) {
+        MsgSlot &m = msgs_[s % kMaxInflight];
+        if (!m.complete) m.got = 0;
+    }
+    const uint64_t now = now_ns();
+    if (active_path_ != slot) {
+        PathTelemetry *old = paths_[active_path_].tm.get();
+        if (old && paths_[active_path_].alive) old->meter.set_state(now, telemetry::kStandby, gen_);
+    }
+    active_path_ = slot;
+    if (PathTelemetry *tm = paths_[slot].tm.get()) tm->meter.set_state(now, telemetry::kActive, gen_);
+}
+
+void RecvComm::notice_locked(int slot, uint32_t gen, int abandoned, uint64_t abandoned_id) noexcept
+{
+    if (gen < gen_) return; // overtaken by a later switch
+    if (gen > gen_) adopt_generation_locked(slot, gen);
+    if (abandoned < 0 || abandoned >= kMaxPaths || abandoned == slot || !paths_[abandoned].alive) return;
+    // A notice that lagged behind a rebuild names the path the slot held then, not this one.
+    if (abandoned_id != 0 && paths_[abandoned].path->identity().id != abandoned_id) return;
+    // The sender left that path after a failure and replays its messages here: whatever the
+    // old path still carries must never reach a buffer again (an RDMA write cannot be
+    // discarded once it lands).
+    paths_[abandoned].path->fence();
+    lose_path_locked(abandoned, "the sender left it (generation " + std::to_string(gen) + ")",
+                     false, false);
+}
+
+// ---- Paths ---------------------------------------------------------------------------------
+
+void RecvComm::fail_path(int slot, const std::string &cause) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (slot < 0 || slot >= kMaxPaths || !paths_[slot].alive) return;
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (i != slot && paths_[i].alive) paths_[i].path->request_failover(static_cast<uint32_t>(slot));
+    lose_path_locked(slot, cause, false, false);
+    progress_locked();
+}
+
+void RecvComm::port_down(int dev, const std::string &cause) noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    for (int slot = 0; slot < kMaxPaths; ++slot) {
+        if (!paths_[slot].alive || paths_[slot].path->identity().dev != dev) continue;
+        for (int i = 0; i < kMaxPaths; ++i)
+            if (i != slot && paths_[i].alive && paths_[i].path->identity().dev != dev)
+                paths_[i].path->request_failover(static_cast<uint32_t>(slot));
+        lose_path_locked(slot, cause, false, false);
+    }
+    progress_locked();
+}
+
+void RecvComm::lose_path_locked(int i, const std::string &why, bool orderly, bool eof) noexcept
+{
+    PathSlot &p = paths_[i];
+    p.alive = false;
+    p.orderly = orderly;
+    p.eof = eof;
+    if (p.tm) p.tm->meter.set_state(now_ns(), telemetry::kDead, gen_);
+    watch(*p.path, false);
+    bool any = false;
+    for (const PathSlot &s : paths_) any = any || s.alive;
+    if (orderly) {
+        peer_closed_ = true;
+    } else {
+        telemetry::record_event(telemetry::EventType::kPathLost, p.desc + ": " + why);
+        VLOG_WARN("host %s: path lost: %s: %s%s", host_name(), p.desc.c_str(), why.c_str(),
+                  any ? "; the connection goes on over its other path" : "; no path left");
+    }
+    if (!any) no_path_since_ns_ = now_ns();
+}
+
+void RecvComm::accept_rebuilt_locked(uint64_t now) noexcept
+{
+    if (!acceptor_ || now < next_accept_poll_ns_) return;
+    // Paths the sender rebuilt (failback, a lost backup), polled at the engine's tick rate.
+    next_accept_poll_ns_ = now + ProgressEngine::kTickNs;
+    std::unique_ptr<RecvPath> np;
+    acceptor_->poll(&np);
+    if (!np) return;
+    const int slot = np->identity().slot;
+    if (slot < 0 || slot >= kMaxPaths) return;
+    PathSlot &ps = paths_[slot];
+    if (ps.path) watch(*ps.path, false);
+    ps.path = std::move(np);
+    watch(*ps.path, true);
+    ps.desc = ps.path->identity().describe();
+    ps.tm.reset();
+    ps.tm = PathTelemetry::make(tcfg_, Direction::kRecv, ps.path->identity(), this);
+    if (ps.tm) ps.tm->meter.set_state(now, telemetry::kStandby, gen_);
+    ps.alive = true;
+    ps.orderly = ps.eof = false;
+    ps.last_heard_ns = ps.last_beat_ns = now;
+    ps.path->ack(floor_, gen_);
+    readvertise_locked(slot);
+    VLOG_INFO(NCCL_NET, "host %s: path rebuilt by the peer: %s", host_name(), ps.desc.c_str());
+}
+
+void RecvComm::goodbye_locked() noexcept
+{
+    for (PathSlot &p : paths_)
+        if (p.alive) p.path->goodbye();
+}
+
+void RecvComm::progress_locked() noexcept
+{
+    const uint64_t now = now_ns();
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &p = paths_[i];
+        if (!p.alive) continue;
+        if (since(now, p.last_beat_ns) > cfg_.probe_interval_ns) {
+            p.path->heartbeat();
+            p.last_beat_ns = now;
+        }
+        PathStatus st = p.path->progress(p.sink);
+        if (p.tm) p.tm->meter.advance(now_ns());
+        if (st.heard) p.last_heard_ns = now;
+        if (st.error != 0 && (st.fatal || st.error == -EMSGSIZE || st.error == -EPROTO)) {
+            // The peer broke the protocol: no other path can make this right.
+            fail_locked(st.error, p.desc + ": " + st.detail);
+            return;
+        }
+        if (st.error != 0)
+            lose_path_locked(i, st.detail + " (" + strerror(-st.error) + ")", false, st.peer_eof);
+        else if (st.peer_closed)
+            lose_path_locked(i, "closed by the sender", true, false);
+        else if (next_post_seq_ > floor_ && since(now_ns(), p.last_heard_ns) > cfg_.stall_timeout_ns)
+            // The sender probes quiet paths every probe interval: with receives pending,
+            // silence this long means the path (or the peer) is gone.
+            lose_path_locked(i, "silent: nothing heard for " +
+                                    std::to_string(since(now_ns(), p.last_heard_ns) / 1000000) +
+                                    " ms with receives pending", false, false);
+    }
+    accept_rebuilt_locked(now);
+    bool any = false, all_eof = true;
+    for (const PathSlot &p : paths_) {
+        if (!p.path) continue;
+        any = any || p.alive;
+        all_eof = all_eof && !p.alive && p.eof;
+    }
+    if (any && !peer_closed_) {
+        no_path_since_ns_ = 0;
+        return;
+    }
+    const uint64_t outstanding = next_post_seq_ - floor_;
+    if (peer_closed_) {
+        // The sender's closeSend: receives it never matched will not be.
+        if (outstanding > 0 && !any)
+            fail_locked(-ECONNRESET, describe() + ": the sender closed the connection with " +
+                                         std::to_string(outstanding) + " receives outstanding");
+        return;
+    }
+    if (outstanding == 0) return;
+    if (all_eof)
+        fail_locked(-ECONNRESET, describe() + ": every path was closed without a goodbye (the "
+                                              "sender's process is gone)");
+    else if (since(now_ns(), no_path_since_ns_) > cfg_.fatal_timeout_ns)
+        fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
+                                     std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");
+}
+
+} // namespace vigil::net

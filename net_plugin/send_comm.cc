@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0
+// sendComm requests: CTS matching (a send binds to an entry with its tag in the oldest
+// advertised group, as NCCL's IB transport matches its FIFO), dense sequence numbers,
+// completion on the receiver's cumulative ack.
+#include "send_comm.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "clock.h"
+#include "log.h"
+
+namespace vigil::net {
+
+SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
+                   const FailoverConfig &cfg, const TelemetryConfig &tcfg)
+    : Comm(devs), cfg_(cfg), tcfg_(tcfg), rebuilder_(std::move(paths.rebuilder))
+{
+    const uint64_t now = now_ns();
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &sl = paths_[i];
+        sl.sink.comm = this;
+        sl.sink.slot = i;
+        sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
+        if (!paths.paths[i]) continue;
+        sl.path = std::move(paths.paths[i]);
+        sl.desc = sl.path->identity().describe();
+        sl.state = i == kPrimary ? SlotState::kActive : SlotState::kStandby;
+        sl.last_heard_ns = sl.last_sent_ns = sl.up_since_ns = now;
+        meter_locked(i);
+        if (sl.tm && i != kPrimary) sl.tm->meter.set_state(now, telemetry::kStandby, gen_);
+    }
+}
+
+SendComm::~SendComm()
+{
+    // Messages still pending (a close with sends in flight) hold a reference to their region.
+    for (uint64_t s = acked_; s < next_seq_; ++s) MemRegion::unref(msgs_[s % kMaxInflight].mr);
+}
+
+std::string SendComm::describe() const
+{
+    return paths_[kPrimary].desc;
+}
+
+size_t SendComm::nfds() const noexcept
+{
+    return path_fds(paths_);
+}
+
+int SendComm::fd(size_t i) const noexcept
+{
+    return path_fd(paths_, i);
+}
+
+SendComm::Stats SendComm::stats() noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    Stats s = stats_;
+    for (const PathSlot &sl : paths_) s.alive_paths += sl.alive() ? 1 : 0;
+    return s;
+}
+
+int SendComm::active_dev() noexcept
+{
+    std::lock_guard<std::mutex> g(mu_);
+    return paths_[active_].alive() ? paths_[active_].path->identity().dev : -1;
+}
+
+uint64_t SendComm::unacked_bytes_locked() const noexcept
+{
+    uint64_t bytes = 0;
+    for (uint64_t s = acked_; s < next_seq_; ++s) bytes += reqs_[s % kMaxInflight].size;
+    return bytes;
+}
+
+void SendComm::post_locked(uint64_t seq) noexcept
+{
+    const size_t i = seq % kMaxInflight;
+    SendMsg &m = msgs_[i];
+    const uint64_t now = now_ns();
+    m.posted_ns = now;
+    if (PathTelemetry *tm = paths_[active_].tm.get()) tm->meter.on_post(now, reqs_[i].size);
+    paths_[active_].path->post(OutMessage{seq, m.tag, m.data, reqs_[i].size, m.mr, m.group,
+                                          m.entry, m.dest});
+}
+
+int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Request **out,
+                    void *phandle) noexcept
+{
+    *out = nullptr;
+    std::lock_guard<std::mutex> g(mu_);
+    emit_events_locked(phandle);
+    if (int e = error_.load(std::memory_order_relaxed)) return e;
+    if (peer_closed_) {
+        fail_locked(-ECONNRESET, describe() + ": isend after the receiver closed the connection");
+        return error_.load(std::memory_order_relaxed);
+    }
+    if (size > kMaxMessageBytes) {
+        VLOG_WARN("isend of %zu bytes exceeds the %llu-byte message limit (%s)", size,
+                  static_cast<unsigned long long>(kMaxMessageBytes), describe().c_str());
+        return -EMSGSIZE;
+    }
+    // CTS groups that arrived since the last progress (NCCL retries a NULL request at once).
+    if (cts_head_ == cts_next_) {
+        progress_locked();
+        if (int e = error_.load(std::memory_order_relaxed)) return e;
+    }
+    // A ring slot is reused only when it is acked *and* no path still reads it (a stream can
+    // be mid-frame on a message the receiver already completed from another path).
+    uint64_t floor = acked_;
+    for (const PathSlot &sl : paths_)
+        if (sl.alive()) floor = std::min(floor, sl.path->oldest_referenced());
+    if (next_seq_ - floor >= kMaxInflight) return 0;
+    const size_t i = next_seq_ % kMaxInflight;
+    Request &r = reqs_[i];
+    if (r.state.load(std::memory_order_acquire) != Request::kFree) return 0; // not tested yet
+    if (cts_head_ == cts_next_) {
+        ++stats_.null_for_cts;
+        return 0; // the receiver has not posted a receive for it yet
+    }
+    const CtsGroup &grp = cts_[cts_head_ % kMaxCtsGroups];
+    int e = -1;
+    for (int k = 0; k < grp.n && e < 0; ++k)
+        if (!head_bound_[static_cast<size_t>(k)] && grp.entries[static_cast<size_t>(k)].tag == tag) e = k;
+    if (e < 0) {
+        // Tags select a buffer only within the oldest group (NCCL's net plugin contract): this
+        // send belongs after the sends that complete it.
+        ++stats_.null_for_cts;
+        return 0;
+    }
+    const CtsEntry &dest = grp.entries[static_cast<size_t>(e)];
+    if (size > dest.size) {
+        VLOG_WARN("isend of %zu bytes with tag %d: the receiver posted a %llu-byte buffer for it "
+                  "(group %llu, buffer %d); nothing sent (%s)", size, tag,
+                  static_cast<unsigned long long>(dest.size),
+                  static_cast<unsigned long long>(grp.index), e, describe().c_str());
+        return -EMSGSIZE;
+    }
+    head_bound_[static_cast<size_t>(e)] = true;
+    SendMsg &m = msgs_[i];
+    m.data = static_cast<const uint8_t *>(data);
+    m.mr = mr;
+    if (mr != nullptr) mr->ref();
+    m.tag = tag;
+    m.group = grp.index;
+    m.entry = e;
+    m.dest = dest;
+    r.is_send = true;
+    r.comm = this;
+    r.seq = next_seq_;
+    r.size = size;
+    r.state.store(Request::kPending, std::memory_order_relaxed);
+    if (--head_unbound_ == 0 && ++cts_head_ < cts_next_) {
+        head_bound_ = {};
+        head_unbound_ = cts_[cts_head_ % kMaxCtsGroups].n;
+    }
+    // With no live path, or while failback drains the backup, the message waits in the ring;
+    // the switch replays it.
+    if (paths_[active_].state == SlotState::kActive && !draining_) post_locked(next_seq_);
+    ++next_seq_;
+    progress_locked();
+    *out = &r;
+    return 0;
+}
+
+void SendComm::SlotSink::acked(uint64_t seq)
+{
+    comm->on_acked(seq);
+}
+
+int SendComm::SlotSink::cts(const CtsGroup &g)
+{
+    return comm->on_cts(slot, g);
+}
+
+void SendComm::on_acked(uint64_t seq) noexcept
+{
+    ack_seen_ = std::max(ack_seen_, seq);
+}
+
+int SendComm::on_cts(int slot, const CtsGroup &g) noexcept
+{
+    auto bad = [&](const char *why) {
+        VLOG_WARN("host %s: %s: CTS group %llu from the receiver %s", host_name(),
+                  paths_[slot].desc.c_str(), static_cast<unsigned long long>(g.index), why);
+        cts_error_ = -EPROTO;
+        return -EPROTO;
+    };
+    if (g.n < 1 || g.n > kMaxRecvs) return bad("has a bad buffer count");
+    if (g.index < cts_next_) {
+        // Every path carries every group: a repeat of one another path delivered.
+        ++stats_.cts_duplicates;
+        if (g.index >= cts_head_) {
+            const CtsGroup &known = cts_[g.index % kMaxCtsGroups];
+            if (known.first_seq != g.first_seq || known.n != g.n)
+                return bad("differs from the same group received on another path");
+        }
+        return 0;
+    }
+    if (g.index > cts_next_) return bad("arrived before the groups preceding it");
+    if (g.first_seq != cts_next_first_seq_) return bad("starts at an unexpected sequence number");
+    if (cts_next_ - cts_head_ >= static_cast<uint64_t>(kMaxCtsGroups))
+        return bad("exceeds the groups the receiver can have outstanding");
+    for (int k = 0; k < g.n; ++k)
+        if (g.entries[static_cast<size_t>(k)].size > kMaxMessageBytes)
+            return bad("has a buffer beyond the message size limit");
+    cts_[g.index % kMaxCtsGroups] = g;
+    if (cts_head_ == cts_next_) {
+        head_bound_ = {};
+        head_unbound_ = g.n;
+    }
+    ++cts_next_;
+    cts_next_first_seq_ = g.first_seq + static_cast<uint64_t>(g.n);
+    ++stats_.cts_groups;
+    return 0;
+}
+
+void SendComm::complete_acked_locked(uint64_t now) noexcept
+{
+    if (ack_seen_ <= acked_) return;
+    if (ack_seen_ > next_seq_) {
+        fail_locked(-EPROTO, describe() + ": ack for seq " + std::to_string(ack_seen_) +
+                                 " beyond the last sent " + std::to_string(next_seq_));
+        return;
+    }
+    PathTelemetry *atm = paths_[active_].tm.get();
+    for (uint64_t s = acked_; s < ack_seen_; ++s) {
+        const size_t i = s % kMaxInflight;
+        if (atm != nullptr) atm->meter.on_complete(now, msgs_[i].posted_ns, reqs_[i].size);
+        MemRegion::unref(msgs_[i].mr);
+        msgs_[i].mr = nullptr;
+        reqs_[i].state.store(Request::kDone, std::memory_order_release);
+    }
+    acked_ = ack_seen_;
+    for (PathSlot &sl : paths_)
+        if (sl.alive()) sl.path->skip_to(acked_);
+    if (failover_timing_ && acked_ >= failover_probe_seq_) {
+        failover_timing_ = false;
+        VLOG_INFO(NCCL_NET, "host %s: first replayed message acknowledged %.1f us after the "
+                  "failure was detected (generation %u, detected at monotonic %.6f s, acked at "
+                  "%.6f s)", host_name(), static_cast<double>(since(now, failover_t0_ns_)) / 1e3,
+                  gen_, static_cast<double>(failover_t0_ns_) / 1e9, static_cast<double>(now) / 1e9);
+    }
+}
+
+void SendComm::receiver_closed_locked() noexcept
+{
+    if (peer_closed_) return;
+    // Acks that arrived with the goodbye count: the close is judged on what the receiver holds.
+    complete_acked_locked(now_ns());
+    peer_closed_ = true;
+    for (PathSlot &sl : paths_) {
+        if (!sl.alive()) continue;
+        sl.state = SlotState::kDead;
+        watch(*sl.path, false);
+    }
+    draining_ = false;
+    if (acked_ < next_seq_)
+        fail_locked(-ECONNRESET, describe() + ": the receiver closed the connection with " +
+                                     std::to_string(next_seq_ - acked_) +
+                                     " sends unacknowledged (seq " + std::to_string(acked_) + ".." +
+                                     std::to_string(next_seq_ - 1) + "); they fail now");
+    else
+        VLOG_INFO(NCCL_NET, "host %s: %s: the receiver closed the connection", host_name(),
+                  describe().c_str());
+}
+
+void SendComm::goodbye_locked() noexcept
+{
+    for (PathSlot &sl : paths_)
+        if (sl.alive()) sl.path->goodbye();
+}
+
+void SendComm::progress_locked() noexcept
+{
+    const uint64_t now = now_ns();
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &s = paths_[i];
+        if (!s.alive()) continue;
+        PathStatus st = s.path->progress(s.sink);
+        if (st.heard) s.last_heard_ns = now;
+        if (cts_error_ != 0) {
+            fail_locked(cts_error_, s.desc + ": the receiver's CTS contradicts the protocol");
+            return;
+        }
+        if (st.error != 0 && st.fatal) {
+            // A protection or access error, or a peer breaking the protocol: another path
+            // would meet the same.
+            fail_locked(st.error, s.desc + ": " + st.detail);
+            return;
+        }
+        if (st.error != 0) {
+            failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
+        } else if (st.peer_closed) {
+            receiver_closed_locked();
+        } else if (st.failover_requested && st.failed_slot < kMaxPaths &&
+                   static_cast<int>(st.failed_slot) != i && paths_[st.failed_slot].alive()) {
+            failover_locked(static_cast<int>(st.failed_slot), "the receiver saw its port fail");
+        }
+    }
+    const uint64_t later = now_ns(); // a failover above may have stamped times after `now`
+    complete_acked_locked(later);
+    if (error_.load(std::memory_order_relaxed) != 0) return;
+    for (PathSlot &sl : paths_)
+        if (sl.tm) sl.tm->meter.advance(later);
+    if (!peer_closed_) watchdogs_locked(later);
+}
+
+} // namespace vigil::net

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// NCCL's sendComm: binds sends to the receiver's CTS entries, numbers them, completes them on
+// the receiver's acks, and runs the failover state machine over the connection's paths.
+// Split by concern: send_comm.cc (requests, CTS matching, acks), failover.cc (the state
+// machine below), comm_telemetry.cc (meters and NCCL profiler net events).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm.h"
+#include "nccl_abi/nccl_common.h"
+#include "nccl_abi/profiler_net_vigil.h"
+
+namespace vigil::net {
+
+/* The sending side's failover state machine.
+ *
+ * States of each path slot (SlotState):
+ *   kActive   carries messages; exactly one slot is kActive while any slot is alive
+ *   kStandby  connected, probed, carries nothing
+ *   kDead     gone (never connected, failed, or left); a rebuild may bring it back
+ *
+ * Transitions:
+ *   Active --error | port down | stall | the receiver's request--> Dead, and a Standby
+ *       becomes Active: generation += 1, a generation notice naming the dead slot (the
+ *       receiver fences it), then every message not yet acked (seq in [acked_, next_seq_))
+ *       is posted again on it, bound to the same CTS entries. Completed sends never need
+ *       replay: a send completes only on the receiver's ack (invariant 3).
+ *   Standby --error | silence (no heartbeat for stall_timeout)--> Dead (no traffic moves).
+ *   Dead --rebuild accepted by the peer--> Standby (attempts back off from
+ *       rebuild_backoff_min to _max, without limit); with no slot alive it becomes Active at
+ *       once (generation += 1, replay).
+ *   Failback: a rebuilt primary that stayed alive for failback_hold while the backup is
+ *       Active: new messages wait (draining_) until the backup is idle, so no write of the
+ *       old generation can land later, then the primary becomes Active with generation += 1
+ *       (notice with no slot to fence) and replays what is not acked; the backup is Standby.
+ *   No slot alive: requests keep reporting "not done" until fatal_timeout, then every
+ *       pending and later request fails with -ECONNRESET (ncclRemoteError) and one WARN.
+ *   Fatal path error (protection/access error, protocol violation): the connection fails at
+ *       once; no other path can make it right.
+ *   The receiver's goodbye (closeRecv): sends not yet acked fail at once with one line.
+ *
+ * Invariants: acks only ever raise acked_; a message is posted on exactly one live path per
+ * generation; NCCL never sees an error while a slot is alive (fatal errors and the
+ * receiver's own close excepted).
+ */
+enum class SlotState : uint8_t { kDead, kStandby, kActive };
+
+class SendComm final : public Comm
+{
+public:
+    /// `paths.paths[kBackup]` may be null (VIGIL_BACKUP=off, no other device, or a backup
+    /// that could not be set up); `paths.rebuilder` may be null (dead paths then stay dead).
+    /// `devs`: the local device planned for each slot (-1: none).
+    SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs, const FailoverConfig &cfg,
+             const TelemetryConfig &tcfg);
+    ~SendComm() override;
+
+    /// NCCL's isend(): binds the message to the first unbound CTS entry with tag `tag` in the
+    /// oldest advertised group. *out = NULL (NCCL retries) while no such entry is there, or
+    /// kMaxInflight sends are outstanding. Returns 0; -EMSGSIZE (nothing sent, the connection
+    /// stays usable) when `size` exceeds the matched receive buffer or kMaxMessageBytes; or
+    /// the connection's error. `mr` (NCCL's mhandle, may be null) gains a reference until the
+    /// send completes. `phandle`: NCCL's proxy-step profiler handle (v10+, may be NULL).
+    int isend(const void *data, size_t size, int tag, MemRegion *mr, Request **out,
+              void *phandle = nullptr) noexcept;
+
+    /// The profiler callback NCCL handed to init (v10+); NULL disables net events.
+    /// Process-wide; set before comms exist.
+    static void set_profiler(ncclProfilerCallback_t cb) noexcept;
+
+    /// Failure injection and port events: leave path `slot` now (as if it failed with
+    /// `cause`); with `sabotage` also break it so the peer sees the failure too. Thread-safe.
+    void fail_path(int slot, const std::string &cause, bool sabotage) noexcept;
+    /// fail_path() of whichever path is active. Thread-safe.
+    void fail_active(const std::string &cause, bool sabotage) noexcept;
+    /// A local port went down: leave every path of this connection on `dev`. Thread-safe.
+    void port_down(int dev, const std::string &cause) noexcept;
+    /// A local port came back: rebuild dead paths on `dev` now, not after their backoff.
+    void port_up(int dev) noexcept;
+    /// Device of the active path, or -1. Thread-safe.
+    int active_dev() noexcept;
+
+    std::string describe() const;
+
+    /// Counters for tests and logs. Thread-safe reads.
+    struct Stats {
+        uint32_t generation = 1;
+        uint32_t failovers = 0;
+        uint32_t failbacks = 0;
+        uint32_t rebuilds = 0;
+        uint64_t replayed_messages = 0;
+        uint64_t cts_groups = 0;     ///< distinct CTS groups received
+        uint64_t cts_duplicates = 0; ///< groups received again on another path
+        uint64_t null_for_cts = 0;   ///< isend answered NULL for want of a CTS entry
+        int alive_paths = 0;         ///< slots Active or Standby now
+    };
+    Stats stats() noexcept;
+
+private:
+    /// Per-slot adapter: what a path reports in progress() lands in the comm with its slot.
+    struct SlotSink final : SendSink {
+        SendComm *comm = nullptr;
+        int slot = 0;
+        void acked(uint64_t seq) override;
+        int cts(const CtsGroup &g) override;
+    };
+    struct PathSlot {
+        std::unique_ptr<SendPath> path;
+        SlotState state = SlotState::kDead;
+        uint64_t last_heard_ns = 0;
+        uint64_t last_sent_ns = 0;
+        uint64_t up_since_ns = 0;
+        uint64_t next_rebuild_ns = 0;
+        uint64_t backoff_ns = 0;
+        std::string desc;
+        std::unique_ptr<PathTelemetry> tm; // null with telemetry off
+        SlotSink sink;
+        bool alive() const { return state != SlotState::kDead; }
+    };
+    /// One bound message, kept until acked (the replay source).
+    struct SendMsg {
+        const uint8_t *data = nullptr;
+        MemRegion *mr = nullptr; // one reference while pending
+        int32_t tag = 0;
+        uint64_t group = 0;
+        int entry = 0;
+        CtsEntry dest;
+        uint64_t posted_ns = 0; // when (re)posted last, for latency telemetry
+    };
+
+    void progress_locked() noexcept override;
+    void goodbye_locked() noexcept override;
+    size_t nfds() const noexcept override;
+    int fd(size_t i) const noexcept override;
+
+    // send_comm.cc
+    void on_acked(uint64_t seq) noexcept;
+    int on_cts(int slot, const CtsGroup &g) noexcept;
+    /// Completes every message below the newest ack; returns the time it used.
+    void complete_acked_locked(uint64_t now) noexcept;
+    void post_locked(uint64_t seq) noexcept;
+    uint64_t unacked_bytes_locked() const noexcept;
+    void receiver_closed_locked() noexcept;
+
+    // failover.cc
+    void watchdogs_locked(uint64_t now) noexcept;
+    void failover_locked(int dead, const std::string &cause) noexcept;
+    /// Makes `slot` Active: generation += 1, a notice naming `abandoned` (-1: none), replay of
+    /// everything not acked. Returns the number of replayed bytes.
+    uint64_t switch_to_locked(int slot, int abandoned) noexcept;
+    void rebuild_locked(uint64_t now) noexcept;
+    void failback_locked(uint64_t now) noexcept;
+    /// The failback target died while draining: post what was held back on the active path.
+    void cancel_drain_locked() noexcept;
+    void install_locked(int slot, std::unique_ptr<SendPath> p, uint64_t now) noexcept;
+
+    // comm_telemetry.cc
+    void meter_locked(int slot) noexcept;
+    /// Emits pending net events (newest window of the active path, failovers, failbacks) as
+    /// children of `phandle`.
+    void emit_events_locked(void *phandle) noexcept;
+    void queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept;
+
+    std::array<PathSlot, kMaxPaths> paths_;
+    FailoverConfig cfg_;
+    TelemetryConfig tcfg_;
+    std::unique_ptr<PathRebuilder> rebuilder_;
+    int active_ = kPrimary;
+    uint32_t gen_ = 1;
+    bool draining_ = false;       // failback waits for the backup to be idle
+    uint64_t drain_from_seq_ = 0; // messages from here on are held back while draining
+    uint64_t backup_since_ns_ = 0;
+    uint64_t no_path_since_ns_ = 0;
+    bool peer_closed_ = false;
+
+    // Messages: ring slot seq % kMaxInflight.
+    std::array<Request, kMaxInflight> reqs_;
+    std::array<SendMsg, kMaxInflight> msgs_;
+    uint64_t next_seq_ = 0;
+    uint64_t acked_ = 0;     // every seq below is held by the receiver
+    uint64_t ack_seen_ = 0;  // highest ack reported by any path (applied by complete_acked)
+
+    // CTS groups: ring slot index % kMaxCtsGroups, [cts_head_, cts_next_) known and not yet
+    // fully bound; entries of the head group are bound in head_bound_.
+    std::array<CtsGroup, kMaxCtsGroups> cts_;
+    uint64_t cts_head_ = 0;
+    uint64_t cts_next_ = 0;
+    uint64_t cts_next_first_seq_ = 0; // first_seq the group cts_next_ must carry
+    std::array<bool, kMaxRecvs> head_bound_{};
+    int head_unbound_ = 0;
+    int cts_error_ = 0; // a path delivered a contradicting group (reported fatal by the path)
+
+    Stats stats_;
+    // failover timing: detection time, and the seq whose ack proves the replay landed
+    uint64_t failover_t0_ns_ = 0;
+    uint64_t failover_probe_seq_ = 0;
+    bool failover_timing_ = false;
+    // Profiler net events: a bounded queue of failover/failback descriptors, the last window
+    // emitted per slot, and a ring of descriptors handed to NCCL (kept alive a while: a
+    // profiler may read extData after startEvent returns).
+    static constexpr int kEventQueue = 8, kDescrRing = 16;
+    std::array<vigilNetProfDescr_v1_t, kEventQueue> evq_{};
+    int evq_n_ = 0;
+    std::array<uint64_t, kMaxPaths> last_window_emitted_{};
+    std::array<vigilNetProfDescr_v1_t, kDescrRing> descr_ring_{};
+    unsigned descr_next_ = 0;
+};
+
+} // namespace vigil::net
