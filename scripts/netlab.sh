@@ -18,8 +18,8 @@ Emulates H hosts x P NIC ports on one machine with network namespaces: hosts
 L-h0..L-h<H-1> and a switch L-sw holding one bridge br<j> per port index.
 Port j of host i is eth<j> in L-h<i> with address 10.77.<j>.<i+1>/24.
 
-  up [-H hosts] [-P ports] [--lab NAME]   create a lab, print its name on stdout
-  run [-H hosts] [-P ports] [--lab NAME] -- CMD [ARGS...]
+  up [-H hosts] [-P ports] [--routed] [--lab NAME]   create a lab, print its name on stdout
+  run [-H hosts] [-P ports] [--routed] [--lab NAME] -- CMD [ARGS...]
                    create a lab, run CMD with NETLAB, NETLAB_HOSTS and
                    NETLAB_PORTS exported, always tear the lab down, exit
                    with CMD's status
@@ -33,6 +33,10 @@ Port j of host i is eth<j> in L-h<i> with address 10.77.<j>.<i+1>/24.
   list             print the names of the labs present
   self-test        build a 3x2 lab and check connectivity, fail/restore,
                    degrade/undegrade and down; prints "netlab self-test: ok"
+
+With --routed the switch also routes between the ports' subnets (a spine): bridge j gets
+10.77.<j>.254, and every host reaches subnet k from each of its ports through that port's
+gateway, so port i of one host reaches port j != i of another (cross-rail traffic).
 
 The lab is taken from --lab NAME or $NETLAB (up/run make a fresh unique name
 unless --lab is given). Hosts 2..16 (default 2), ports 1..8 (default 2).
@@ -115,9 +119,9 @@ new_name() {
     echo "$name"
 }
 
-# create_lab LAB HOSTS PORTS; the caller must have installed the EXIT trap.
+# create_lab LAB HOSTS PORTS [ROUTED]; the caller must have installed the EXIT trap.
 create_lab() {
-    local lab=$1 hosts=$2 ports=$3 i j ns sw=$1-sw
+    local lab=$1 hosts=$2 ports=$3 routed=${4:-0} i j k ns sw=$1-sw
     mkdir -p "$STATE_DIR"
     [[ -z $(lab_namespaces "$lab") ]] || die 2 "lab '$lab' already exists (namespaces present)"
     # Claim the name atomically (O_EXCL) so two creators of the same name cannot collide.
@@ -148,6 +152,21 @@ create_lab() {
     for ((i = 0; i < hosts * ports; i++)); do
         wait_up "$lab-h$((i / ports))" "eth$((i % ports))" || die 1 "eth$((i % ports)) of host $((i / ports)) did not come up"
     done
+    if ((routed)); then
+        ns_sysctl "$sw" net/ipv4/ip_forward=1 net/ipv4/conf/all/rp_filter=0 net/ipv4/conf/default/rp_filter=0
+        for ((j = 0; j < ports; j++)); do
+            ns_sysctl "$sw" "net/ipv4/conf/br$j/rp_filter=0"
+            ip -n "$sw" addr add "10.77.$j.254/24" dev "br$j"
+        done
+        for ((i = 0; i < hosts; i++)); do
+            for ((j = 0; j < ports; j++)); do
+                for ((k = 0; k < ports; k++)); do
+                    # One route per port (metric 100 + port): a socket bound to port j takes its own.
+                    ((k == j)) || ip -n "$lab-h$i" route add "10.77.$k.0/24" via "10.77.$j.254" dev "eth$j" metric $((100 + j))
+                done
+            done
+        done
+    fi
     printf 'LAB=%s HOSTS=%d PORTS=%d\n' "$lab" "$hosts" "$ports" >"$STATE_DIR/$lab.env.tmp"
     mv -f "$STATE_DIR/$lab.env.tmp" "$STATE_DIR/$lab.env"
     LAB=$lab HOSTS=$hosts PORTS=$ports CREATING=0
@@ -262,7 +281,7 @@ self_test() {
 }
 
 main() {
-    local cmd=${1:-} hosts=2 ports=2 hp_set=0 lab_opt="" dashdash=0 rc
+    local cmd=${1:-} hosts=2 ports=2 hp_set=0 lab_opt="" dashdash=0 routed=0 rc
     local -a pos=() rest=()
     (($#)) && shift
     LAB=${NETLAB:-}
@@ -273,6 +292,7 @@ main() {
         -P) ports=$2 hp_set=1; shift 2 ;;
         --lab) lab_opt=$2; shift 2 ;;
         --lab=*) lab_opt=${1#--lab=}; shift ;;
+        --routed) routed=1 hp_set=1; shift ;;
         -h | --help) usage; exit 0 ;;
         --) shift; rest=("$@"); dashdash=1; break ;;
         -*) die 2 "unknown option '$1' (see netlab.sh --help)" ;;
@@ -281,7 +301,7 @@ main() {
     done
     [[ -z $lab_opt ]] || valid_name "$lab_opt" || die 2 "invalid lab name '$lab_opt' (letters, digits, _ . -; max 24)"
     [[ -z $lab_opt ]] || LAB=$lab_opt
-    case $cmd in up | run) ;; *) ((!hp_set)) || die 2 "-H/-P only apply to up and run" ;; esac
+    case $cmd in up | run) ;; *) ((!hp_set)) || die 2 "-H/-P/--routed only apply to up and run" ;; esac
     case $cmd in run | exec) ;; *) ((!dashdash)) || die 2 "'--' only applies to run and exec" ;; esac
     nargs() { ((${#pos[@]} == $1)) || die 2 "$cmd: expected $1 argument(s), got ${#pos[@]} (see netlab.sh --help)"; }
 
@@ -292,7 +312,7 @@ main() {
         int_in hosts "$hosts" 2 16; int_in ports "$ports" 1 8
         [[ $cmd == up ]] || ((${#rest[@]})) || die 2 "run: missing '-- CMD [ARGS...]'"
         install_traps
-        create_lab "${lab_opt:-$(new_name)}" $((10#$hosts)) $((10#$ports))
+        create_lab "${lab_opt:-$(new_name)}" $((10#$hosts)) $((10#$ports)) "$routed"
         if [[ $cmd == up ]]; then
             TEARDOWN=""
             echo "$LAB"
