@@ -180,6 +180,9 @@ public:
     /// The receiver holds every message below `seq` (cumulative; acks of any generation are
     /// true statements about what the receiver holds).
     virtual void acked(uint64_t seq) = 0;
+    /// The receiver holds message `seq`, possibly ahead of the cumulative ack (an RDMA path
+    /// learns this from the receiver's answer to a generation notice). The send completes.
+    virtual void held(uint64_t seq) = 0;
     /// The receiver advertised group `g`. Each path delivers groups in index order, possibly
     /// repeating ones other paths delivered. Returns 0, or -EPROTO when `g` contradicts what
     /// was advertised before (the path reports it as a fatal error).
@@ -199,7 +202,10 @@ public:
     /// from sequence number `first_seq` on, and tells the receiver so before any message of
     /// that generation: a generation notice naming `abandoned`, the path slot the sender left
     /// because it failed, and that path's id (the receiver must stop that path writing into its
-    /// buffers; slot -1 when the previous path left in order, or there was none).
+    /// buffers; slot -1 when the previous path left in order, or there was none). The core then
+    /// posts every message it holds no ack for; a path may drop those the receiver reports
+    /// holding (reporting them through SendSink::held), never send them twice into a buffer
+    /// that may already be NCCL's again.
     virtual void begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id) = 0;
     /// Queues `m` for transmission after every message posted before it. Never blocks,
     /// never fails: errors surface from progress(). Sequence numbers are dense.
@@ -234,6 +240,19 @@ struct Placement {
     int error = 0;           ///< with kError: -EPROTO or -EMSGSIZE
 };
 
+/// What the receiver holds, as it answers a generation notice: every message below `floor`,
+/// and message floor + k where bit k of `complete` is set.
+struct Holding {
+    uint64_t floor = 0;
+    std::array<uint64_t, kMaxInflight / 64> complete{};
+    bool has(uint64_t seq) const
+    {
+        if (seq < floor) return true;
+        const uint64_t k = seq - floor;
+        return k < kMaxInflight && (complete[k / 64] >> (k % 64) & 1) != 0;
+    }
+};
+
 /// Implemented by the receiving core, one per path slot; called by a receive path from inside
 /// progress(), with the comm's lock held.
 class RecvSink
@@ -258,8 +277,11 @@ public:
     virtual int landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
     /// The sender's generation notice (SendPath::begin): from sequence number `first_seq` on,
     /// messages come in generation `gen`; `abandoned` is the slot it left because it failed
-    /// (-1: none) and `abandoned_id` that path's id (0: unknown).
-    virtual void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
+    /// (-1: none) and `abandoned_id` that path's id (0: unknown). Returns what the receiver
+    /// holds once that path is fenced: from then on nothing of an older generation completes a
+    /// message, so a fabric whose writes cannot be discarded (RDMA) tells the sender which
+    /// messages not to replay.
+    virtual Holding generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
 
 protected:
     ~RecvSink() = default;

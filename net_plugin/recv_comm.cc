@@ -161,9 +161,21 @@ int RecvComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
     return comm->landed(slot, seq, len, gen);
 }
 
-void RecvComm::SlotSink::generation(uint32_t gen, uint64_t /*first_seq*/, int abandoned, uint64_t abandoned_id)
+Holding RecvComm::SlotSink::generation(uint32_t gen, uint64_t /*first_seq*/, int abandoned, uint64_t abandoned_id)
 {
     comm->notice_locked(slot, gen, abandoned, abandoned_id);
+    return comm->holding_locked();
+}
+
+Holding RecvComm::holding_locked() const noexcept
+{
+    Holding h;
+    h.floor = floor_;
+    for (uint64_t s = floor_; s < next_post_seq_; ++s) {
+        const uint64_t k = s - floor_;
+        if (msgs_[s % kMaxInflight].complete) h.complete[k / 64] |= uint64_t{1} << (k % 64);
+    }
+    return h;
 }
 
 Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)

@@ -57,7 +57,7 @@ private:
         Placement locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) override;
         bool still_wanted(uint32_t gen, uint64_t seq) override;
         int landed(uint64_t seq, uint64_t len, uint32_t gen) override;
-        void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) override;
+        Holding generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) override;
     };
     struct PathSlot {
         std::unique_ptr<RecvPath> path;
@@ -88,6 +88,7 @@ private:
     int landed(int slot, uint64_t seq, uint64_t len, uint32_t gen);
     void adopt_generation_locked(int slot, uint32_t gen) noexcept;
     void notice_locked(int slot, uint32_t gen, int abandoned, uint64_t abandoned_id) noexcept;
+    Holding holding_locked() const noexcept;
     void lose_path_locked(int i, const std::string &why, bool orderly, bool eof) noexcept;
     void accept_rebuilt_locked(uint64_t now) noexcept;
     /// Advertises every group not yet complete on path `i`, oldest first.

@@ -175,9 +175,37 @@ int SendComm::SlotSink::cts(const CtsGroup &g)
     return comm->on_cts(slot, g);
 }
 
+void SendComm::SlotSink::held(uint64_t seq)
+{
+    comm->on_held(seq);
+}
+
 void SendComm::on_acked(uint64_t seq) noexcept
 {
     ack_seen_ = std::max(ack_seen_, seq);
+}
+
+void SendComm::on_held(uint64_t seq) noexcept
+{
+    if (seq >= next_seq_) {
+        VLOG_WARN("host %s: %s: the receiver reports holding seq %llu, beyond the last sent %llu",
+                  host_name(), describe().c_str(), static_cast<unsigned long long>(seq),
+                  static_cast<unsigned long long>(next_seq_));
+        cts_error_ = -EPROTO;
+        return;
+    }
+    if (seq < acked_ || seq < ack_seen_ || held_[seq % kMaxInflight]) return;
+    held_[seq % kMaxInflight] = true;
+    complete_one_locked(seq, now_ns());
+}
+
+void SendComm::complete_one_locked(uint64_t seq, uint64_t now) noexcept
+{
+    const size_t i = seq % kMaxInflight;
+    if (PathTelemetry *atm = paths_[active_].tm.get()) atm->meter.on_complete(now, msgs_[i].posted_ns, reqs_[i].size);
+    MemRegion::unref(msgs_[i].mr);
+    msgs_[i].mr = nullptr;
+    reqs_[i].state.store(Request::kDone, std::memory_order_release);
 }
 
 int SendComm::on_cts(int slot, const CtsGroup &g) noexcept
@@ -219,21 +247,21 @@ int SendComm::on_cts(int slot, const CtsGroup &g) noexcept
 
 void SendComm::complete_acked_locked(uint64_t now) noexcept
 {
-    if (ack_seen_ <= acked_) return;
     if (ack_seen_ > next_seq_) {
         fail_locked(-EPROTO, describe() + ": ack for seq " + std::to_string(ack_seen_) +
                                  " beyond the last sent " + std::to_string(next_seq_));
         return;
     }
-    PathTelemetry *atm = paths_[active_].tm.get();
-    for (uint64_t s = acked_; s < ack_seen_; ++s) {
-        const size_t i = s % kMaxInflight;
-        if (atm != nullptr) atm->meter.on_complete(now, msgs_[i].posted_ns, reqs_[i].size);
-        MemRegion::unref(msgs_[i].mr);
-        msgs_[i].mr = nullptr;
-        reqs_[i].state.store(Request::kDone, std::memory_order_release);
+    // Messages held individually ahead of the ack extend it when they are contiguous.
+    uint64_t to = std::max(ack_seen_, acked_);
+    while (to < next_seq_ && held_[to % kMaxInflight]) ++to;
+    if (to <= acked_) return;
+    for (uint64_t s = acked_; s < to; ++s) {
+        bool &h = held_[s % kMaxInflight];
+        if (!h) complete_one_locked(s, now);
+        h = false;
     }
-    acked_ = ack_seen_;
+    acked_ = ack_seen_ = to;
     for (PathSlot &sl : paths_)
         if (sl.alive()) sl.path->skip_to(acked_);
     if (failover_timing_ && acked_ >= failover_probe_seq_) {

@@ -106,6 +106,7 @@ private:
         SendComm *comm = nullptr;
         int slot = 0;
         void acked(uint64_t seq) override;
+        void held(uint64_t seq) override;
         int cts(const CtsGroup &g) override;
     };
     struct PathSlot {
@@ -139,6 +140,9 @@ private:
 
     // send_comm.cc
     void on_acked(uint64_t seq) noexcept;
+    void on_held(uint64_t seq) noexcept;
+    /// Completes send `seq` (ring slot i): the receiver holds it.
+    void complete_one_locked(uint64_t seq, uint64_t now) noexcept;
     int on_cts(int slot, const CtsGroup &g) noexcept;
     /// Completes every message below the newest ack; returns the time it used.
     void complete_acked_locked(uint64_t now) noexcept;
@@ -183,6 +187,7 @@ private:
     uint64_t next_seq_ = 0;
     uint64_t acked_ = 0;     // every seq below is held by the receiver
     uint64_t ack_seen_ = 0;  // highest ack reported by any path (applied by complete_acked)
+    std::array<bool, kMaxInflight> held_{}; // completed ahead of acked_ (SendSink::held)
 
     // CTS groups: ring slot index % kMaxCtsGroups, [cts_head_, cts_next_) known and not yet
     // fully bound; entries of the head group are bound in head_bound_.

@@ -348,7 +348,8 @@ bool TcpRecvPath::on_header(Stream &s, RecvSink &sink, PathStatus *st)
         goodbye_seen_ = true;
         return true;
     case FrameHeader::kGeneration:
-        sink.generation(s.h.gen, s.h.seq, s.h.entry == FrameHeader::kNoSlot ? -1 : s.h.entry, s.h.path);
+        // TCP needs no answer: this path discards whatever the receiver already holds.
+        (void)sink.generation(s.h.gen, s.h.seq, s.h.entry == FrameHeader::kNoSlot ? -1 : s.h.entry, s.h.path);
         return true;
     default:
         break;

@@ -60,7 +60,7 @@ struct Frame {
 
 // Receiver -> sender.
 struct Back {
-    enum Kind { kAck, kFailoverRequest, kCts, kGoodbye } kind = kAck;
+    enum Kind { kAck, kFailoverRequest, kCts, kGoodbye, kHeld } kind = kAck; // kHeld: seq held
     uint64_t seq = 0;
     uint32_t gen = 0;
     uint32_t slot = 0;
@@ -153,6 +153,7 @@ struct Lane {
     std::vector<uint32_t> failover_requests;
     std::vector<vn::CtsGroup> advertised; // every advertise() call
     std::vector<Begin> notices;           // generation notices the receive half delivered
+    std::vector<vn::Holding> holdings;    // ... and what the receiver answered to each
     int heartbeats = 0;
 
     // (first_seq, gen) of every begin(), for compact checks.
@@ -348,6 +349,9 @@ public:
             case Back::kGoodbye:
                 st.peer_closed = true;
                 return st;
+            case Back::kHeld:
+                sink.held(b.seq);
+                break;
             }
         }
         return st;
@@ -400,7 +404,7 @@ public:
                 if (f.kind != Frame::kData) {
                     if (f.kind == Frame::kNotice) {
                         l_.notices.push_back({f.seq, f.gen, f.entry, f.path, vigil::now_ns()});
-                        sink.generation(f.gen, f.seq, f.entry, f.path);
+                        l_.holdings.push_back(sink.generation(f.gen, f.seq, f.entry, f.path));
                     } else if (f.kind == Frame::kGoodbye) {
                         l_.goodbye_seen = true;
                     }

@@ -739,6 +739,67 @@ TEST_CASE("receive-side failures", "[comm]")
     }
 }
 
+TEST_CASE("messages the receiver reports holding complete at once, ahead of the ack", "[comm]")
+{
+    Link L;
+    L.w.hold_acks = true;
+    uint8_t in[3][8], out[3][8] = {{1}, {2}, {3}};
+    Request *r[3], *s[3];
+    for (int i = 0; i < 3; ++i) r[i] = must_irecv(L.recv, {in[i]}, {8}, {0});
+    for (int i = 0; i < 3; ++i) s[i] = must_isend(L.send, out[i], 8, 0);
+    for (int i = 0; i < 3; ++i) REQUIRE(done(L.recv, r[i]));
+    using vigil::test::fake::Back;
+    L.w.back.push_back({Back::kHeld, 2, 0, 0, {}});
+    CHECK(done(L.send, s[2]));
+    CHECK_FALSE(done(L.send, s[0]));
+    CHECK_FALSE(done(L.send, s[1]));
+    L.w.back.push_back({Back::kHeld, 2, 0, 0, {}}); // a repeat changes nothing
+    L.w.back.push_back({Back::kAck, 1, 1, 0, {}});
+    CHECK(done(L.send, s[0]));
+    CHECK_FALSE(done(L.send, s[1]));
+    L.w.back.push_back({Back::kHeld, 1, 0, 0, {}}); // the ack now moves over 1 and 2
+    CHECK(done(L.send, s[1]));
+    // The ring moved on: three more messages reuse the slots.
+    for (int i = 0; i < 3; ++i) r[i] = must_irecv(L.recv, {in[i]}, {8}, {0});
+    for (int i = 0; i < 3; ++i) CHECK(must_isend(L.send, out[i], 8, 0)->seq == 3u + static_cast<unsigned>(i));
+    SECTION("holding a message never sent is a protocol error")
+    {
+        L.w.back.push_back({Back::kHeld, 9, 0, 0, {}});
+        Request *x = nullptr;
+        CHECK(L.send.isend(out[0], 8, 0, nullptr, &x) == -EPROTO);
+        CHECK(x == nullptr);
+    }
+}
+
+TEST_CASE("the receiver answers a generation notice with what it holds", "[comm]")
+{
+    vigil::test::fake::Net n(single_path_config(), true, false);
+    uint8_t in[4][8], out[4][8] = {{1}, {2}, {3}, {4}};
+    Request *r[4];
+    for (int i = 0; i < 4; ++i) {
+        void *d = in[i];
+        size_t sz = 8;
+        int tag = 0;
+        REQUIRE(n.recv->irecv(1, &d, &sz, &tag, nullptr, &r[i]) == 0);
+    }
+    // Messages 0 and 2 arrive; 1 and 3 stay in the network.
+    route(n.primary(), 2, [](const OutMessage &m) { return m.seq % 2; });
+    n.primary().paused[1] = true;
+    for (int i = 0; i < 4; ++i) must_isend(*n.send, out[i], 8, 0);
+    REQUIRE(done(*n.recv, r[0]));
+    REQUIRE(done(*n.recv, r[2]));
+    n.send->fail_path(vn::kPrimary, "test", false);
+    n.recv->on_ready();
+    REQUIRE(n.backup().holdings.size() == 1);
+    const vn::Holding &h = n.backup().holdings[0];
+    CHECK(h.floor == 1);
+    CHECK(h.has(0));
+    CHECK_FALSE(h.has(1));
+    CHECK(h.has(2));
+    CHECK_FALSE(h.has(3));
+    CHECK_FALSE(h.has(1 + vn::kMaxInflight));
+}
+
 TEST_CASE("memory regions stay referenced while requests use them", "[comm]")
 {
     Link L;
