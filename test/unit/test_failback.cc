@@ -60,9 +60,9 @@ struct Net : tp::Net {
     }
 };
 
-// Traffic over it: run() gives up after 500 ms by default.
+// Traffic over it: run() gives up after 2 s by default (a bound on progress, not a timing claim).
 struct Traffic : vigil::test::Traffic {
-    explicit Traffic(Net &net) : vigil::test::Traffic(*net.send, *net.recv, /*run_limit_ms=*/500), n(net) {}
+    explicit Traffic(Net &net) : vigil::test::Traffic(*net.send, *net.recv, /*run_limit_ms=*/2000), n(net) {}
 
     // One message and its receive; sizes vary with the id.
     int one(int32_t tag = 7)
@@ -192,7 +192,7 @@ TEST_CASE("failback: refused rebuilds back off without limit, the rebuilt primar
     // The port comes back: one attempt in progress, then the path is up.
     n.fab.refuse[kPrimary] = false;
     n.fab.connecting[kPrimary] = 1;
-    drive_until(t, [&] { return !n.fab.rebuilt[kPrimary].empty(); }, 500, "the rebuild");
+    drive_until(t, [&] { return !n.fab.rebuilt[kPrimary].empty(); }, 2000, "the rebuild");
     CHECK(n.fab.attempts[kPrimary].size() == kRefusals + 2);
     CHECK(n.fab.attempts[kPrimary][kRefusals] - n.fab.refused[kPrimary].back() + kTolNs >=
           cfg.rebuild_backoff_max_ns);
@@ -230,7 +230,7 @@ TEST_CASE("failback: refused rebuilds back off without limit, the rebuilt primar
     CHECK_FALSE(early);
     CHECK(n.send->active_dev() == 11);
 
-    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 500, "the failback");
+    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 2000, "the failback");
     st = n.send->stats();
     CHECK(st.generation == 3); // failover + failback
     CHECK(st.failovers == 1);
@@ -321,7 +321,7 @@ TEST_CASE("failback waits until the backup is idle; messages posted meanwhile ar
 
     // The backup writes its frames: the switch happens at that frame boundary.
     n.backup().stuck = false;
-    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 500, "the failback");
+    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 2000, "the failback");
     const auto st = n.send->stats();
     CHECK(st.generation == 3);
     CHECK(st.failovers == 1);
@@ -368,7 +368,7 @@ TEST_CASE("a rebuilt primary that dies during the hold time gets no failback; a 
     REQUIRE(n.send->stats().failbacks == 0);
     n.fab.refuse[kPrimary] = true;
     first.break_link();
-    drive_until(t, [&] { return !n.fab.refused[kPrimary].empty(); }, 200, "a refused rebuild");
+    drive_until(t, [&] { return !n.fab.refused[kPrimary].empty(); }, 1000, "a refused rebuild");
 
     // Well past the first path's hold time: no failback, the traffic stays on the backup.
     uint64_t next_msg = 0;
@@ -394,10 +394,10 @@ TEST_CASE("a rebuilt primary that dies during the hold time gets no failback; a 
 
     // The port comes back: a second rebuild, and the failback a hold time after it.
     n.fab.refuse[kPrimary] = false;
-    drive_until(t, [&] { return n.fab.rebuilt[kPrimary].size() == 2; }, 200, "the second rebuild");
+    drive_until(t, [&] { return n.fab.rebuilt[kPrimary].size() == 2; }, 1000, "the second rebuild");
     const uint64_t t_second = n.fab.rebuilt_ns[kPrimary][1];
     Lane &second = n.rebuilt(kPrimary, 1);
-    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 500, "the failback");
+    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 2000, "the failback");
     st = n.send->stats();
     CHECK(st.generation == 3);
     CHECK(st.rebuilds == 2);
@@ -464,7 +464,7 @@ TEST_CASE("both paths dead, a rebuild before fatal_timeout: the connection resum
     CHECK(n.send->stats().rebuilds == 0);
 
     n.fab.refuse[static_cast<size_t>(back)] = false;
-    drive_until(t, [&] { return n.send->stats().rebuilds == 1; }, 200, "the rebuild");
+    drive_until(t, [&] { return n.send->stats().rebuilds == 1; }, 1000, "the rebuild");
     CHECK(vigil::now_ns() - t_none < cfg.fatal_timeout_ns);
     Lane &rl = n.rebuilt(back);
     const auto st = n.send->stats();
@@ -538,7 +538,7 @@ TEST_CASE("port_up resets the rebuild backoff: the next attempt comes at once", 
     n.send->port_up(10); // the slot is alive: nothing to rebuild
     CHECK(n.fab.attempts[kPrimary].size() == 9);
 
-    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 500, "the failback");
+    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 2000, "the failback");
     CHECK(n.send->active_dev() == 10);
     CHECK(n.send->stats().generation == 3);
     t.one();
