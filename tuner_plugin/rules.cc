@@ -94,7 +94,7 @@ std::string parse_line(std::string_view line, Rule *r)
     size_t n = 0;
     for (size_t start = 0;;) {
         const size_t comma = line.find(',', start);
-        if (n == 13) return "more than 12 fields";
+        if (n == 12) return "more than 12 fields";
         f[n++] = trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
         if (comma == std::string_view::npos) break;
         start = comma + 1;
