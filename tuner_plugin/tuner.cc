@@ -534,7 +534,7 @@ bool Tuner::serve(Context &c, uint64_t now)
         Sink sink(c.info_.comm, cfg_.block, &c.last_view_, &c.have_last_view_, &c.view_changes_);
         busy = c.agr_->step(*c.store_, health, publish, sink);
         const uint64_t since = c.waiting_since_.load(std::memory_order_acquire);
-        if (since != 0 && now - since >= 10'000'000'000ull && now - c.last_wait_warn_ns_ >= 10'000'000'000ull) {
+        if (since != 0 && now > since && now - since >= 10'000'000'000ull && now - c.last_wait_warn_ns_ >= 10'000'000'000ull) {
             c.last_wait_warn_ns_ = now;
             const uint64_t b = c.agr_->progress();
             VLOG_WARN("comm %016llx: waiting %.0f s for the agreed view of block %llu (collective %llu), store %s: %s",

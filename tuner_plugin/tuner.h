@@ -74,8 +74,15 @@ public:
     void get_chunk_size(int coll, uint64_t bytes, int algo, int proto, int n_channels, uint64_t *chunk) noexcept;
 
     uint64_t comm() const { return info_.comm; }
-    /// The agreed view in force (state kUnknown-like 3 when steering is off).
     uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
+    /// The agreed view the hot path uses now (state 3 before the first block or with
+    /// steering off). Hot-path thread only.
+    const View &current_view() const { return cur_view_; }
+    /// Times, and nanoseconds, the hot path waited for an unresolved register.
+    uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+    uint64_t wait_ns() const { return wait_ns_.load(std::memory_order_relaxed); }
+    /// Health steering is on (an agreement runs for this communicator).
+    bool agreeing() const { return agr_ != nullptr; }
 
     ~Context();
 
