@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "agree_lib.h"
 #include "policy.h"
 
 using namespace vigil::tuner;
@@ -13,22 +14,7 @@ namespace {
 
 constexpr int RING = 1, TREE = 0, LL = 0, LL128 = 1, SIMPLE = 2;
 
-// A model with the order of NCCL's own default latencies (graph/tuning.cc), microseconds.
-LatencyModel model()
-{
-    LatencyModel m;
-    const double base[2][3] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}};
-    const double nvl[2][3] = {{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}};
-    const double net[2][3] = {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}};
-    for (int a = 0; a < 2; ++a)
-        for (int p = 0; p < 3; ++p) {
-            m.base[a][p] = base[a][p];
-            m.hw[0][a][p] = nvl[a][p];
-            m.hw[2][a][p] = net[a][p];
-        }
-    m.valid = true;
-    return m;
-}
+LatencyModel model() { return vigil::tuner::test::default_model(); }
 
 Rules rules_of(const char *text)
 {

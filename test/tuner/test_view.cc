@@ -4,7 +4,10 @@
 #include <cstring>
 #include <string>
 
+#include "agree_lib.h"
 #include "view.h"
+
+using vigil::tuner::test::nic;
 
 using namespace vigil::tuner;
 
@@ -18,15 +21,6 @@ MemberRecord member(const char *host, int pid, std::initializer_list<NicHealth> 
     m.pid = pid;
     for (const NicHealth &n : nics) m.nics[m.n_nics++] = n;
     return m;
-}
-
-NicHealth nic(const char *name, uint8_t state, uint16_t permille)
-{
-    NicHealth n;
-    std::snprintf(n.name, sizeof(n.name), "%s", name);
-    n.state = state;
-    n.permille = permille;
-    return n;
 }
 
 } // namespace
