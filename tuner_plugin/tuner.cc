@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <csignal>
 #include <ctime>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -504,6 +506,13 @@ void Tuner::close(Context *ctx)
 
 void Tuner::run(std::shared_ptr<std::atomic<bool>> stop)
 {
+    // hiredis writes with write(2): a store that drops the connection must cost an EPIPE,
+    // not the job. SIGPIPE from a write is delivered to the writing thread, so blocking it
+    // here leaves the application's own disposition alone.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     while (!stop->load()) {
         bool busy = false;
         {

@@ -180,11 +180,12 @@ View aggregate(const std::vector<MemberRecord> &members, const View *previous, c
     }
     v.nodes = static_cast<uint16_t>(std::min<size_t>(hosts.size(), 65535));
     v.state = v.failed_nics ? 2 : v.degraded_nics ? 1 : 0;
-    v.permille = static_cast<uint16_t>(v.state == 0 ? 1000 : std::max<uint32_t>(worst, 1));
+    // Steps of 50 permille (a bandwidth estimate is not finer than that), never 0.
+    v.permille = static_cast<uint16_t>(v.state == 0 ? 1000 : std::max<uint32_t>(worst / 50 * 50, 50));
     v.digest = v.state == 0 ? 0 : digest;
     if (previous != nullptr && previous->state == v.state && previous->digest == v.digest &&
         previous->degraded_nics == v.degraded_nics && previous->failed_nics == v.failed_nics &&
-        (previous->permille > v.permille ? previous->permille - v.permille : v.permille - previous->permille) < 50)
+        (previous->permille > v.permille ? previous->permille - v.permille : v.permille - previous->permille) <= 50)
         v.permille = previous->permille;
     std::snprintf(v.source, sizeof(v.source), "%s", source.c_str());
     return v;

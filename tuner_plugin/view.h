@@ -73,8 +73,9 @@ bool decode_member(std::string_view s, MemberRecord *out);
 /// is min(smallest degraded fraction, (NICs - failed NICs) / NICs) (traffic is split evenly
 /// over channels, so the slowest NIC paces a ring; a failed NIC's share moves to the others);
 /// the view takes the worst node. state: failover if any NIC failed, else degraded if any is
-/// degraded, else healthy. With `previous`, a fraction within 50 permille of the previous
-/// view's, in the same state with the same NICs, is kept (no churn from noise).
+/// degraded, else healthy. The fraction is rounded down to steps of 50 permille (at least
+/// 50); with `previous`, a fraction one step from the previous view's, in the same state
+/// with the same NICs, keeps the previous one (no churn from measurement noise).
 View aggregate(const std::vector<MemberRecord> &members, const View *previous, const std::string &source);
 
 /// "healthy", "degraded 0.25 (1 NIC)", "failover 0.75 (1 NIC failed)".

@@ -52,9 +52,14 @@ ProcessHealth read_health(const RegistryView &view)
         }
         if (e.degraded.load(std::memory_order_acquire) == 0) continue;
         d.degraded = true;
+        // The detector's judged value of the newest window that carries one (an idle
+        // window after the verdict has none), at most a ring's worth back.
         const uint64_t head = e.ring.head.load(std::memory_order_acquire);
         WindowRecord w{};
-        if (head == 0 || !RegistryView::read(e, head - 1, &w) || w.baseline_bps == 0) continue;
+        bool found = false;
+        for (uint64_t k = head; k-- > 0 && head - k <= kRingCapacity && !found;)
+            found = RegistryView::read(e, k, &w) && w.baseline_bps != 0 && w.judged_bps != 0;
+        if (!found) continue;
         const double judged = static_cast<double>(w.judged_bps), base = static_cast<double>(w.baseline_bps);
         if (d.baseline_bps == 0 || judged / base < d.judged_bps / d.baseline_bps) {
             d.judged_bps = judged;

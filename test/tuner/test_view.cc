@@ -92,12 +92,16 @@ TEST_CASE("aggregate: worst node, NICs counted once per host, failed NIC share",
     // Order of members does not matter.
     std::swap(ms[0], ms[1]);
     CHECK(aggregate(ms, nullptr, "y").same(d));
-    // Within 50 permille of the previous view (same NICs, same state): the previous fraction.
-    ms[1].nics[1].permille = 330;
-    ms[0].nics[1].permille = 330;
+    // Steps of 50 permille; one step from the previous view (same NICs, same state): the
+    // previous fraction.
+    ms[1].nics[1].permille = 370;
+    ms[0].nics[1].permille = 370;
+    CHECK(aggregate(ms, nullptr, "z").permille == 350);
     CHECK(aggregate(ms, &d, "z").permille == 300);
-    ms[0].nics[1].permille = 200;
+    ms[0].nics[1].permille = 249;
     CHECK(aggregate(ms, &d, "z").permille == 200);
+    ms[0].nics[1].permille = 1;
+    CHECK(aggregate(ms, &d, "z").permille == 50); // never 0: the view stays a fraction
     // All healthy: digest 0, fraction 1.
     const View h = aggregate({member("a", 1, {nic("eth0", 0, 1000)}), member("b", 2, {})}, nullptr, "q");
     CHECK(h.state == 0);
