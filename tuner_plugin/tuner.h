@@ -83,6 +83,8 @@ public:
     uint64_t wait_ns() const { return wait_ns_.load(std::memory_order_relaxed); }
     /// Health steering is on (an agreement runs for this communicator).
     bool agreeing() const { return agr_ != nullptr; }
+    /// Blocks whose view is resolved (0 without an agreement). Any thread.
+    uint64_t resolved_blocks() const { return agr_ ? agr_->resolved() : 0; }
 
     ~Context();
 
