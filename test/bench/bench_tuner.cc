@@ -199,6 +199,7 @@ int main()
     uint64_t changes = 0;
     size_t vc_samples = 0;
     std::vector<double> changed_samples;
+    changed_samples.reserve(20000);
     bool trapped = false;
     cases.reserve(16);
     g_samples.reserve(20000);
@@ -225,7 +226,6 @@ int main()
         fill_table(4, 1 << 20, base);
         const uint64_t sys0 = g_syscalls.load();
         View prev = changec->current_view();
-        changed_samples.reserve(20000);
         for (int i = 0; i < 20000; ++i) {
             while (changec->resolved_blocks() <= changec->calls() + 1) {
             }
