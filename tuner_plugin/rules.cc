@@ -278,14 +278,18 @@ bool rule_matches(const Rule &r, const CollQuery &q) noexcept
 
 std::string format_rule(const Rule &r)
 {
-    std::string s = std::string(coll_name(r.coll)) + "," + std::to_string(r.min_bytes) + "," +
-                     (r.max_bytes == UINT64_MAX ? std::string("-1") : std::to_string(r.max_bytes)) + "," +
-                     algo_name(r.algo) + "," + proto_name(r.proto) + "," + std::to_string(r.channels) + "," +
-                     std::to_string(r.nodes) + "," + std::to_string(r.ranks) + "," + std::to_string(r.pipe_ops) +
-                     "," + std::to_string(r.reg_buff);
-    if (r.health != HealthMatch::kAny || r.chunk != 0) s += std::string(",") + health_match_name(r.health);
-    if (r.chunk != 0) s += "," + std::to_string(r.chunk);
-    return s;
+    // snprintf, not operator+: GCC 12 at -O3 flags long string concatenations (-Wrestrict,
+    // a known false positive) and release builds keep warnings as errors.
+    char max[24] = "-1", buf[256];
+    if (r.max_bytes != UINT64_MAX) std::snprintf(max, sizeof(max), "%llu", static_cast<unsigned long long>(r.max_bytes));
+    int n = std::snprintf(buf, sizeof(buf), "%s,%llu,%s,%s,%s,%d,%d,%d,%d,%d", coll_name(r.coll),
+                          static_cast<unsigned long long>(r.min_bytes), max, algo_name(r.algo), proto_name(r.proto),
+                          r.channels, r.nodes, r.ranks, r.pipe_ops, r.reg_buff);
+    if (r.health != HealthMatch::kAny || r.chunk != 0)
+        n += std::snprintf(buf + n, sizeof(buf) - static_cast<size_t>(n), ",%s", health_match_name(r.health));
+    if (r.chunk != 0)
+        std::snprintf(buf + n, sizeof(buf) - static_cast<size_t>(n), ",%llu", static_cast<unsigned long long>(r.chunk));
+    return buf;
 }
 
 } // namespace vigil::tuner

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <sys/mman.h>
@@ -76,13 +77,14 @@ int read_process_health(int pid, ProcessHealth *out, std::string *why)
     *why = "no telemetry registry for this process";
     for (const std::string &file : list_registries()) {
         // Cheap filter on the name ("vigil-<uid>-<pid>-<hex>"); the header decides.
-        const std::string tag = "-" + std::to_string(pid) + "-";
+        char tag[24];
+        std::snprintf(tag, sizeof(tag), "-%d-", pid);
         if (file.find(tag) == std::string::npos) continue;
         RegistryView v;
         std::string w;
         if (int r = v.open(file, &w); r != 0) {
             rc = r;
-            *why = file + ": " + w;
+            why->assign(file).append(": ").append(w);
             continue;
         }
         if (v.header().pid != pid) continue;
