@@ -8,7 +8,7 @@
 
 namespace vigil::tuner {
 
-static_assert(Agreement::kRing >= kMaxLead + 64, "the ring must cover the lead plus the lookahead");
+static_assert(Agreement::kRing >= kMaxAhead + 64, "the ring must cover the head start plus the lookahead");
 
 Agreement::Agreement(uint64_t comm, uint32_t nranks, const MemberRecord &self, uint32_t lookahead)
     : comm_(comm), nranks_(std::max<uint32_t>(nranks, 1)), lookahead_(std::clamp<uint32_t>(lookahead, 1, 64)),
@@ -108,14 +108,14 @@ int Agreement::resolve_one(Store &store, ResolveSink &sink, uint64_t block)
             if (int rc = store.members(comm_, epoch_, &members_); rc != 0) return rc;
             have_members_ = true;
             members_seen_ = static_cast<uint32_t>(members_.size());
-            // A member not joined yet is at block 0 as far as the lead is concerned.
+            // A member not joined yet is at block 0 as far as the head start is concerned.
             min_progress_ = 0;
             if (members_.size() >= nranks_) {
                 min_progress_ = UINT64_MAX;
                 for (const MemberRecord &m : members_) min_progress_ = std::min(min_progress_, m.progress);
             }
         }
-        if (min_progress_ != UINT64_MAX && block >= min_progress_ + kMaxLead) {
+        if (min_progress_ != UINT64_MAX && block >= min_progress_ + kMaxAhead) {
             last_error_ = "waiting for the slowest member (at block " + std::to_string(min_progress_) + ")";
             return -EAGAIN;
         }

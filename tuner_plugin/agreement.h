@@ -7,7 +7,7 @@
 //  - Every member (tuner context = rank) joins the store's current epoch by publishing its
 //    record (health, progress, rules digest). A register may be proposed only when all
 //    nRanks members have joined the epoch (checked atomically with the write), and only
-//    by a member at most kMaxLead blocks ahead of the slowest member.
+//    by a member at most kMaxAhead blocks ahead of the slowest member.
 //  - Resolving block b: read R[b]; if absent, propose the aggregate of the members'
 //    published health, set-if-absent; use whatever the register holds. Blocks are
 //    resolved in order, ahead of use, by the background thread.
@@ -77,7 +77,7 @@ public:
     /// The member records fetched last (for the rules-digest check). Background thread.
     const std::vector<MemberRecord> &members() const { return members_; }
 
-    static constexpr uint64_t kRing = 4096; ///< resolved views kept (>= kMaxLead + lookahead)
+    static constexpr uint64_t kRing = 4096; ///< resolved views kept (>= kMaxAhead + lookahead)
 
 private:
     struct Slot {

@@ -72,6 +72,6 @@ std::string parse_store_url(const std::string &url, std::string *kind, std::stri
 /// fastest member run ahead of the slowest (half the ring, so a slot is never reused while
 /// a member can still need it).
 inline constexpr uint32_t kShmRing = 4096;
-inline constexpr uint64_t kMaxLead = kShmRing / 2;
+inline constexpr uint64_t kMaxAhead = kShmRing / 2;
 
 } // namespace vigil::tuner
