@@ -22,6 +22,7 @@
 #include "telemetry/prof_metrics.h"
 #include "telemetry/registry.h"
 #include "report.h"
+#include "tuner_cmd.h"
 
 namespace {
 
@@ -185,6 +186,7 @@ int top(bool once, double interval)
                             r.bw / 1e6, static_cast<double>(r.p99) / 1e3, e.degraded.load() ? "YES" : "-");
             }
         }
+        if (const std::string t = vigil::tool::tuner_top_text(); !t.empty()) std::printf("\n%s", t.c_str());
         std::fflush(stdout);
         if (once) return 0;
         std::this_thread::sleep_for(std::chrono::duration<double>(interval));
@@ -301,6 +303,7 @@ std::string metrics(bool extra)
         out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
         out += body[f.name];
     }
+    out += vigil::tool::tuner_metrics_text();
     return out;
 }
 
@@ -332,6 +335,7 @@ int serve(const std::string &listen, bool extra)
                  "       vigil top [--once] [--interval SECONDS]\n"
                  "       vigil export [--listen ADDR:PORT] [--extra]   (default 127.0.0.1:9464)\n"
                  "       vigil report [--out DIR] [--no-plots] [--top N] DIR...   (straggler report)\n"
+                 "       vigil tuner explain|fit ...   (rules: the decision for a collective; nccl-tests -> rules)\n"
                  "Reads /dev/shm/vigil-<uid>-<pid>, the telemetry registry of every NCCL process of\n"
                  "this user that loaded the Vigil net plugin.\n");
     std::exit(rc);
@@ -344,6 +348,7 @@ int main(int argc, char **argv)
     if (argc < 2) usage(2);
     const std::string cmd = argv[1];
     if (cmd == "report") return vigil::telemetry::run_report(argc - 2, argv + 2);
+    if (cmd == "tuner") return vigil::tool::tuner_command(argc - 1, argv + 1);
     int windows = 64;
     double follow = 0, interval = 1;
     bool once = false, extra = false;

@@ -22,12 +22,14 @@
 #include "loader.h"
 #include "prof_driver.h"
 #include "rendezvous.h"
+#include "tuner_driver.h"
 
 namespace {
 
 using vigil::bench::NetPlugin;
 using vigil::bench::ProfDriver;
 using vigil::bench::Rendezvous;
+using vigil::bench::TunerDriver;
 
 struct Options {
     std::string plugin = "vigil";
@@ -51,6 +53,8 @@ struct Options {
     std::string profile; // "": off; "net": the plugin library's ncclProfiler; else a path
     int delay_rank = -1;  // all-reduce: this rank arrives late at every collective
     int delay_us = 0;
+    std::string tuner;    // "": off; "net": the plugin library's ncclTunerPlugin; else a name/path
+    int tuner_nodes = 0;  // nNodes told to the tuner (0: one rank per node)
 };
 
 [[noreturn]] void usage(int rc)
@@ -82,6 +86,12 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
                        "net" takes ncclProfiler_v6/_v5 from the net plugin's own library
   --delay-rank R --delay-us U   all-reduce: rank R arrives U us late at every iteration (a
                        straggler, e.g. for `vigil report`)
+  --tuner net|PATH     all-reduce: load an NCCL tuner plugin (ncclTunerPlugin_v7..v3; "net" takes
+                       it from the net plugin's own library, as NCCL falls back to), init it per
+                       run like NCCL's comm init, and per iteration build NCCL's cost table, call
+                       getCollInfo and getChunkSize like NCCL's enqueue; every rank prints its
+                       decisions ("# tuner ...") and the ranks' decisions must agree
+  --tuner-nodes N      nNodes given to the tuner (default: one rank per node)
 
 Prints a table on rank 0 and, last, a one-line JSON summary:
   {"ok":..,"workload":..,"ranks":..,"bytes":..,"seconds":..,"gbps":..,"errors":..,...}
@@ -136,6 +146,8 @@ Options parse(int argc, char **argv)
         else if (a == "--profile") o.profile = next();
         else if (a == "--delay-rank") o.delay_rank = std::atoi(next());
         else if (a == "--delay-us") o.delay_us = std::atoi(next());
+        else if (a == "--tuner") o.tuner = next();
+        else if (a == "--tuner-nodes") o.tuner_nodes = std::atoi(next());
         else {
             std::fprintf(stderr, "vigil-netbench: unknown option %s\n", a.c_str());
             usage(2);
@@ -219,6 +231,9 @@ private:
     NetPlugin net_;
     ProfDriver prof_;
     bool profiling_ = false;
+    TunerDriver tuner_;
+    bool tuning_ = false;
+    uint64_t tuner_digest_ = 0xcbf29ce484222325ull; // FNV-1a over every decision
     Rendezvous rdv_;
     std::vector<void *> send_comms_, recv_comms_; // per channel
     int max_recvs_ = 1;
@@ -324,6 +339,17 @@ int Bench::run()
         profiling_ = true;
     }
     check_nccl(net_.init(comm_id), "init");
+    if (!o_.tuner.empty()) { // NCCL initialises the tuner after the net plugin (init.cc:1352)
+        if (std::string e = tuner_.load(o_.tuner, net_.handle()); !e.empty()) die(e);
+        const int nodes = o_.tuner_nodes > 0 ? o_.tuner_nodes : o_.nranks;
+        uint64_t tuner_comm = 0xcbf29ce484222325ull; // per job, like NCCL's commHash: FNV-1a of the rendezvous
+        for (char ch : o_.rendezvous) tuner_comm = (tuner_comm ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
+        if (std::string e = tuner_.init(tuner_comm, o_.nranks, nodes); !e.empty()) die(e);
+        tuning_ = true;
+        if (o_.rank == 0)
+            std::printf("# tuner %s ncclTunerPlugin_v%d, %d ranks on %d nodes\n", tuner_.name(), tuner_.version(),
+                        o_.nranks, nodes);
+    }
     int ndev = 0;
     check_nccl(net_.devices(&ndev), "devices");
     if (o_.dev >= ndev) die("--dev " + std::to_string(o_.dev) + " but the plugin has " + std::to_string(ndev) + " devices");
@@ -381,8 +407,20 @@ int Bench::run()
     if (std::string e = rdv_.barrier(); !e.empty()) die(e);
     for (void *c : send_comms_) check_nccl(net_.close_send(c), "closeSend");
     for (void *c : recv_comms_) check_nccl(net_.close_recv(c), "closeRecv");
+    if (tuning_) tuner_.finalize(); // NCCL finalizes the tuner in commFree, before the net plugin
     check_nccl(net_.finalize(), "finalize");
     if (profiling_) prof_.finalize(); // NCCL finalizes the profiler at comm destroy
+    bool tuner_agree = true;
+    if (tuning_) { // every rank must have made the same decisions (NCCL would hang otherwise)
+        std::vector<uint8_t> digests;
+        if (std::string e = rdv_.allgather(&tuner_digest_, sizeof(tuner_digest_), &digests); !e.empty()) die(e);
+        for (int r = 0; r < o_.nranks; ++r)
+            tuner_agree = tuner_agree && std::memcmp(digests.data() + static_cast<size_t>(r) * 8, &tuner_digest_, 8) == 0;
+        if (!tuner_agree) {
+            std::fprintf(stderr, "vigil-netbench rank %d: tuner decisions differ between ranks\n", o_.rank);
+            ++errors_;
+        }
+    }
 
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru); // this process's CPU time, all threads (plugin's included)
@@ -408,10 +446,14 @@ int Bench::run()
                     "\"ranks\":%d,\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f,"
                     "\"busbw_gbps\":%.4f,\"lat_p50_us\":%.2f,\"lat_p99_us\":%.2f,"
                     "\"errors\":%" PRIu64 ",\"null_retries\":%" PRIu64 ",\"connect_polls\":%" PRIu64 ",\"elapsed_s\":%.3f,"
-                    "\"cpu_s\":%.3f}\n",
+                    "\"cpu_s\":%.3f%s}\n",
                     total.errors == 0 ? "true" : "false", o_.workload.c_str(), net_.name(),
                     net_.version(), o_.nranks, total.bytes, seconds_, gbps_, busbw_, lat_p50_us_,
-                    lat_p99_us_, total.errors, total.retries, polls, elapsed, total.cpu_s);
+                    lat_p99_us_, total.errors, total.retries, polls, elapsed, total.cpu_s,
+                    tuning_ ? (",\"tuner_api\":" + std::to_string(tuner_.version()) + ",\"tuner_agree\":" +
+                               (tuner_agree ? "true" : "false"))
+                                  .c_str()
+                            : "");
     }
     std::fflush(stdout);
     return total.errors == 0 ? 0 : 1;
@@ -655,6 +697,15 @@ void Bench::allreduce()
     for (int it = 0; it < iters; ++it) {
         for (size_t i = 0; i < count; ++i) x[i] = value(r, i, it);
         if (r == o_.delay_rank && o_.delay_us > 0) usleep(static_cast<useconds_t>(o_.delay_us));
+        if (tuning_) { // NCCL asks the tuner at enqueue, before the collective runs
+            const auto d = tuner_.collective(4 /* ncclFuncAllReduce */, count * sizeof(float),
+                                             static_cast<int>(send_comms_.size()));
+            for (uint64_t v : {static_cast<uint64_t>(it), static_cast<uint64_t>(d.algo + 1),
+                               static_cast<uint64_t>(d.proto + 1), static_cast<uint64_t>(d.channels), d.chunk})
+                tuner_digest_ = (tuner_digest_ ^ v) * 0x100000001b3ull;
+            std::printf("# tuner rank %d iter %d: allreduce %zu B -> algo %d proto %d channels %d chunk %llu\n", r, it,
+                        count * sizeof(float), d.algo, d.proto, d.channels, static_cast<unsigned long long>(d.chunk));
+        }
         // The rank "arrives" (calls the collective) before it can know whether the others
         // have: the Coll event starts here, before the barrier, as NCCL's starts at enqueue.
         void *coll = profiling_ ? prof_.coll(static_cast<uint64_t>(it), "AllReduce", count, "ncclFloat32",

@@ -95,7 +95,7 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
 {
     const auto specs = vigil::param_specs();
     // One row per params.def line, in order (update when a variable is added).
-    REQUIRE(specs.size() == 28);
+    REQUIRE(specs.size() == 35);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[9].name == "VIGIL_ABORT_ON_ERROR");

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The tuner in the lab, no GPU: 4 hosts x 2 ports (every port shaped to 800 Mbit/s), a
+# redis-server of ours in host 0 on its port-1 address, and a 4-rank ring all-reduce through
+# libnccl-net-vigil.so whose own ncclTunerPlugin (vigil-netbench --tuner net) is asked per
+# collective like NCCL's enqueue asks it (one collective per block). Once the ring runs,
+# host 2's port 0 is cut to 200 Mbit/s with tbf: the net plugin judges the loaded path
+# degraded, the ranks publish it, and every rank must log the same view change (healthy ->
+# degraded or failover) at the same block, and make the same decisions throughout.
+source "$(dirname "$0")/../functional/lib.sh"
+need_root_lab
+command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed (scripts/setup.sh)" >&2; exit 77; }
+if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 4 -P 2 -- "$0" "$@"; fi
+for h in 0 1 2 3; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 800mbit; done; done
+
+store_addr=$("$NETLAB_SH" addr 0 1)
+# Protected mode off: the server listens only on the lab's own namespace address.
+"$NETLAB_SH" exec 0 -- redis-server --bind "$store_addr" --port 6379 --save "" --appendonly no --protected-mode no \
+    --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+redis_pid=$!
+degrader=""
+cleanup() {
+    [[ -z $degrader ]] || kill "$degrader" 2>/dev/null || true
+    kill "$redis_pid" 2>/dev/null || true
+    wait "$redis_pid" 2>/dev/null || true
+    [[ -n ${TUNER_LAB_KEEP:-} ]] && cp -r "$TMP" "$TUNER_LAB_KEEP"
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do
+    "$NETLAB_SH" exec 0 -- redis-cli -h "$store_addr" -p 6379 ping 2>/dev/null | grep -q PONG && break
+    sleep 0.1
+done
+
+# Degrade host 2 port 0 once rank 0 has finished 8 healthy iterations (its output is
+# $TMP/out.1: the first run_ranks of this script).
+(
+    for _ in $(seq 600); do
+        if grep -q "^ *8 " "$TMP/out.1" 2>/dev/null; then
+            "$NETLAB_SH" degrade 2 0 200mbit
+            echo "degraded host 2 port 0 at $(date +%s.%N)" >"$TMP/degraded.at"
+            exit 0
+        fi
+        sleep 0.05
+    done
+) &
+degrader=$!
+
+out=$(VIGIL_TUNER_STORE="redis://$store_addr:6379" VIGIL_TUNER_BLOCK=1 NCCL_DEBUG=INFO \
+    run_ranks 4 --workload allreduce --bytes 4M --iters 30 --tuner net)
+wait "$degrader" || true
+degrader=""
+expect_ok "$out"
+[[ -s $TMP/degraded.at ]] || fail "the ring never reached iteration 8"
+[[ $(json_get "$out" tuner_agree) == True ]] || fail "the ranks' tuner decisions differ"
+[[ $(json_get "$out" tuner_api) == 7 ]] || fail "expected ncclTunerPlugin_v7 from the net library"
+
+# Every rank logs the same view changes (block and view), in the same order; one of them,
+# after the port was cut, is to a view of at most half the bandwidth.
+changes() { grep -o 'view change at block .*, proposed by' "$1" | sed 's/, proposed by$//'; }
+changes "$out.err.0" >"$TMP/changes.0"
+for r in 1 2 3; do
+    changes "$out.err.$r" >"$TMP/changes.$r"
+    diff "$TMP/changes.0" "$TMP/changes.$r" >&2 || fail "rank $r logged other view changes than rank 0"
+done
+cat "$TMP/changes.0"
+hit=$(grep -E 'block (9|[1-9][0-9]+) .*-> (degraded|failover) 0\.([0-4][0-9]*|500)' "$TMP/changes.0" | head -1)
+[[ -n $hit ]] || fail "no view change to at most half the bandwidth after the port was cut at iteration 8"
+grep -q "path degraded" "$out".err.* || fail "no rank's net plugin judged a path degraded"
+echo "tuner lab: ok (every rank: $hit)"

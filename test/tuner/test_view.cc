@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// Health records and views: encodings (bounded decoders) and the proposer's aggregate.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+
+#include "agree_lib.h"
+#include "view.h"
+
+using vigil::tuner::test::nic;
+
+using namespace vigil::tuner;
+
+namespace {
+
+MemberRecord member(const char *host, int pid, std::initializer_list<NicHealth> nics)
+{
+    MemberRecord m;
+    m.id = static_cast<uint64_t>(pid) * 7919 + 1;
+    std::snprintf(m.host, sizeof(m.host), "%s", host);
+    m.pid = pid;
+    for (const NicHealth &n : nics) m.nics[m.n_nics++] = n;
+    return m;
+}
+
+} // namespace
+
+TEST_CASE("view and member encodings round-trip; malformed text is refused", "[view]")
+{
+    View v;
+    v.state = 1;
+    v.permille = 250;
+    v.degraded_nics = 1;
+    v.nodes = 4;
+    v.digest = 0xfeedface12345678ull;
+    std::snprintf(v.source, sizeof(v.source), "h2/4242/r3");
+    View w;
+    REQUIRE(decode_view(encode_view(v), &w));
+    CHECK(w.same(v));
+    CHECK(std::string(w.source) == "h2/4242/r3");
+    for (const char *bad : {"", "v1", "v2 1 250 1 0 4 feedface h", "v1 3 250 1 0 4 feedface h", "v1 1 1001 1 0 4 ff h",
+                            "v1 1 250 1 0 4 zz h", "v1 1 250 1 0 4 ff h extra", "v1 1 250 1 0 4 ff a:b",
+                            "v1 1 250 99999 0 4 ff h"})
+        CHECK_FALSE(decode_view(bad, &w));
+    CHECK_FALSE(decode_view(std::string(300, 'v'), &w));
+
+    MemberRecord m = member("node-a", 77, {nic("eth0", 0, 1000), nic("eth1", 1, 300)});
+    m.progress = 12;
+    m.rules_digest = 0xabc;
+    m.env_rank = 5;
+    MemberRecord n;
+    REQUIRE(decode_member(encode_member(m), &n));
+    CHECK(n.id == m.id);
+    CHECK(std::string(n.host) == "node-a");
+    CHECK(n.pid == 77);
+    CHECK(n.env_rank == 5);
+    CHECK(n.progress == 12);
+    CHECK(n.rules_digest == 0xabc);
+    REQUIRE(n.n_nics == 2);
+    CHECK(std::string(n.nics[1].name) == "eth1");
+    CHECK(n.nics[1].state == 1);
+    CHECK(n.nics[1].permille == 300);
+    std::string enc = encode_member(m);
+    CHECK_FALSE(decode_member(enc.substr(0, enc.size() - 3), &n));                           // NIC cut short
+    CHECK_FALSE(decode_member(enc + " extra:0:0:0:0:0", &n));                                // count mismatch
+    CHECK_FALSE(decode_member("m1 0 h 1 1 1 0 1 0", &n));                                     // id 0
+    CHECK_FALSE(decode_member("m1 1 h 1 1 1 0 1 17", &n));                                    // too many NICs
+    CHECK_FALSE(decode_member("m1 1 h 1 1 1 0 1 1 eth0:3:0:0:0:0", &n));                      // bad state
+    CHECK_FALSE(decode_member(std::string(5000, 'm'), &n));
+}
+
+TEST_CASE("aggregate: worst node, NICs counted once per host, failed NIC share", "[view]")
+{
+    // Two ranks on host a see eth1 differently (one degraded at 0.4, one at 0.3): the NIC is
+    // degraded at 0.3, counted once. Host b has 4 NICs, one failed: 0.75.
+    std::vector<MemberRecord> ms = {
+        member("a", 1, {nic("eth0", 0, 1000), nic("eth1", 1, 400)}),
+        member("a", 2, {nic("eth0", 0, 1000), nic("eth1", 1, 300)}),
+        member("b", 3, {nic("eth0", 2, 0), nic("eth1", 0, 1000), nic("eth2", 0, 1000), nic("eth3", 0, 1000)}),
+    };
+    const View v = aggregate(ms, nullptr, "a/1");
+    CHECK(v.state == 2); // failover outranks degraded
+    CHECK(v.permille == 300);
+    CHECK(v.degraded_nics == 1);
+    CHECK(v.failed_nics == 1);
+    CHECK(v.nodes == 2);
+    CHECK(std::string(v.source) == "a/1");
+    ms.pop_back();
+    const View d = aggregate(ms, nullptr, "x");
+    CHECK(d.state == 1);
+    CHECK(d.permille == 300);
+    // Order of members does not matter.
+    std::swap(ms[0], ms[1]);
+    CHECK(aggregate(ms, nullptr, "y").same(d));
+    // Steps of 50 permille; one step from the previous view (same NICs, same state): the
+    // previous fraction.
+    ms[1].nics[1].permille = 370;
+    ms[0].nics[1].permille = 370;
+    CHECK(aggregate(ms, nullptr, "z").permille == 350);
+    CHECK(aggregate(ms, &d, "z").permille == 300);
+    ms[0].nics[1].permille = 249;
+    CHECK(aggregate(ms, &d, "z").permille == 200);
+    ms[0].nics[1].permille = 1;
+    CHECK(aggregate(ms, &d, "z").permille == 50); // never 0: the view stays a fraction
+    // All healthy: digest 0, fraction 1.
+    const View h = aggregate({member("a", 1, {nic("eth0", 0, 1000)}), member("b", 2, {})}, nullptr, "q");
+    CHECK(h.state == 0);
+    CHECK(h.permille == 1000);
+    CHECK(h.digest == 0);
+    CHECK(aggregate({}, nullptr, "q").same(h));
+}
