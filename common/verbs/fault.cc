@@ -57,30 +57,29 @@ FaultInjector::Rule *FaultInjector::match(Fault::Verb verb, uint32_t qp_num, int
     return hit;
 }
 
+int FaultInjector::check(Fault::Verb verb, uint32_t qp_num, int qp_state)
+{
+    std::lock_guard lock(mu_);
+    const Rule *r = match(verb, qp_num, qp_state);
+    return r != nullptr ? r->fault.error : 0;
+}
+
 int FaultInjector::post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad) noexcept
 {
-    FaultInjector *self = g_injector;
-    {
-        std::lock_guard lock(self->mu_);
-        if (Rule *r = self->match(Fault::Verb::PostSend, qp->qp_num, -1)) {
-            *bad = wr;
-            return r->fault.error;
-        }
+    if (const int rc = g_injector->check(Fault::Verb::PostSend, qp->qp_num, -1); rc != 0) {
+        *bad = wr;
+        return rc;
     }
-    return self->next_->post_send(qp, wr, bad);
+    return g_injector->next_->post_send(qp, wr, bad);
 }
 
 int FaultInjector::post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad) noexcept
 {
-    FaultInjector *self = g_injector;
-    {
-        std::lock_guard lock(self->mu_);
-        if (Rule *r = self->match(Fault::Verb::PostRecv, qp->qp_num, -1)) {
-            *bad = wr;
-            return r->fault.error;
-        }
+    if (const int rc = g_injector->check(Fault::Verb::PostRecv, qp->qp_num, -1); rc != 0) {
+        *bad = wr;
+        return rc;
     }
-    return self->next_->post_recv(qp, wr, bad);
+    return g_injector->next_->post_recv(qp, wr, bad);
 }
 
 int FaultInjector::poll_cq(ibv_cq *cq, int n, ibv_wc *wc) noexcept
@@ -106,40 +105,29 @@ int FaultInjector::poll_cq(ibv_cq *cq, int n, ibv_wc *wc) noexcept
 
 int FaultInjector::modify_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask) noexcept
 {
-    FaultInjector *self = g_injector;
-    {
-        std::lock_guard lock(self->mu_);
-        const int state = (mask & IBV_QP_STATE) != 0 ? static_cast<int>(attr->qp_state) : -1;
-        if (Rule *r = self->match(Fault::Verb::ModifyQp, qp->qp_num, state)) return r->fault.error;
-    }
-    return self->next_->modify_qp(qp, attr, mask);
+    const int state = (mask & IBV_QP_STATE) != 0 ? static_cast<int>(attr->qp_state) : -1;
+    if (const int rc = g_injector->check(Fault::Verb::ModifyQp, qp->qp_num, state); rc != 0)
+        return rc;
+    return g_injector->next_->modify_qp(qp, attr, mask);
 }
 
 int FaultInjector::reg_mr(ibv_pd *pd, void *addr, size_t len, int access, ibv_mr **mr) noexcept
 {
-    FaultInjector *self = g_injector;
-    {
-        std::lock_guard lock(self->mu_);
-        if (Rule *r = self->match(Fault::Verb::RegMr, 0, -1)) {
-            *mr = nullptr;
-            return r->fault.error;
-        }
+    if (const int rc = g_injector->check(Fault::Verb::RegMr, 0, -1); rc != 0) {
+        *mr = nullptr;
+        return rc;
     }
-    return self->next_->reg_mr(pd, addr, len, access, mr);
+    return g_injector->next_->reg_mr(pd, addr, len, access, mr);
 }
 
 int FaultInjector::reg_dmabuf_mr(ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd,
                                  int access, ibv_mr **mr) noexcept
 {
-    FaultInjector *self = g_injector;
-    {
-        std::lock_guard lock(self->mu_);
-        if (Rule *r = self->match(Fault::Verb::RegMr, 0, -1)) {
-            *mr = nullptr;
-            return r->fault.error;
-        }
+    if (const int rc = g_injector->check(Fault::Verb::RegMr, 0, -1); rc != 0) {
+        *mr = nullptr;
+        return rc;
     }
-    return self->next_->reg_dmabuf_mr(pd, off, len, iova, fd, access, mr);
+    return g_injector->next_->reg_dmabuf_mr(pd, off, len, iova, fd, access, mr);
 }
 
 } // namespace vigil::verbs

@@ -23,8 +23,8 @@ struct Fault {
     uint64_t nth = 1;
     /// Consecutive matches that fire from the nth on; 0 = every one from the nth on.
     uint64_t count = 1;
-    /// PostSend, PostRecv, ModifyQp, RegMr: the negative errno returned (the real verb is not
-    /// called; *bad_wr is set to the first WR, *mr to null).
+    /// PostSend, PostRecv, ModifyQp, RegMr: the negative errno returned, never 0 (the real
+    /// verb is not called; *bad_wr is set to the first WR, *mr to null).
     int error = -EIO;
     /// PollCq: the status given to the completion (its wr_id and qp_num are kept).
     int wc_status = IBV_WC_RETRY_EXC_ERR;
@@ -62,6 +62,8 @@ private:
     };
     // Returns the rule that fires for this call, or nullptr (caller holds mu_).
     Rule *match(Fault::Verb verb, uint32_t qp_num, int qp_state);
+    // Counts the call; returns the error of the fault that fires, or 0 (takes mu_).
+    int check(Fault::Verb verb, uint32_t qp_num, int qp_state);
 
     static int post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad) noexcept;
     static int post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad) noexcept;

@@ -46,8 +46,10 @@ if [[ -s $job/env ]]; then
     set +a
 fi
 cut -d' ' -f1 /proc/uptime >"$job/uptime-start"
-bash -c "$(cat "$job/cmd")" </dev/null >"$out" 2>&1
-rc=$?
+# Through a pipe, not the console itself: the command sees no terminal (no progress bars,
+# no colour), as under CI.
+bash -c "$(cat "$job/cmd")" </dev/null 2>&1 | cat >"$out"
+rc=${PIPESTATUS[0]}
 cut -d' ' -f1 /proc/uptime >"$job/uptime-end"
 echo "$rc" >"$job/rc"
 poweroff_now

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# perftest.sh  (run INSIDE the lab's guest, after topo.sh up)  The reference figures Vigil's
+# verbs benchmarks are compared with: perftest's ib_write_bw and ib_write_lat between rxe_a1
+# and rxe_b1 (RC, one QP, RoCE v2 GID index 1), printed as a Markdown table.
+# From the host: scripts/rxe/vm.sh 'scripts/rxe/topo.sh up && scripts/rxe/perftest.sh'
+#
+# perftest converts CPU cycles to time with a clock rate it samples at start and refuses
+# (reports 0 or inf) when the sample is noisy (r^2 < 0.9), which happens under TCG on a
+# loaded host. Each run is therefore retried up to PERF_TRIES times; ib_write_bw's duration
+# mode also prints the messages it completed, so when every try fails the bandwidth is derived
+# from that count (marked "from the count"). Latency has no such fallback: it says n/a.
+# Environment: PERF_SECONDS (per bandwidth size, default 5), PERF_LAT_ITERS (default 1000),
+# PERF_TRIES (default 5).
+set -uo pipefail
+secs=${PERF_SECONDS:-5}
+iters=${PERF_LAT_ITERS:-1000}
+tries=${PERF_TRIES:-5}
+server_ip=10.11.0.2
+
+# One server + client run; prints the client's result line for message size $2.
+run_once() { # tool, size, args...
+    local tool=$1 size=$2
+    shift 2
+    "$tool" -d rxe_b1 -x 1 -F -q 1 -s "$size" "$@" >/dev/null 2>&1 &
+    local srv=$!
+    sleep 1
+    timeout 180 "$tool" -d rxe_a1 -x 1 -F -q 1 -s "$size" "$@" "$server_ip" 2>/dev/null |
+        awk -v s="$size" '$1 == s'
+    wait "$srv" 2>/dev/null
+}
+
+echo "| test | message | result |"
+echo "|---|---|---|"
+for size in 4096 65536 1048576; do
+    result=
+    for ((t = 1; t <= tries; t++)); do
+        line=$(run_once ib_write_bw "$size" -D "$secs" --report_gbits)
+        # columns: bytes iterations BW-peak[Gb/s] BW-average[Gb/s] MsgRate[Mpps]
+        if awk '{exit !($4 > 0)}' <<<"$line"; then
+            result=$(awk '{printf "%.3f Gbit/s (peak %.3f), %.0f msg/s", $4, $3, $5 * 1e6}' <<<"$line")
+            break
+        fi
+    done
+    if [[ -z $result && -n ${line:-} ]]; then
+        result=$(awk -v d="$secs" '{printf "%.3f Gbit/s from the count (%d messages in %d s; clock calibration failed %d times)", $2 * $1 * 8 / d / 1e9, $2, d, t - 1}' t="$t" <<<"$line")
+    fi
+    echo "| ib_write_bw, ${secs} s | $size B | ${result:-n/a} |"
+done
+for size in 8 4096; do
+    result=
+    for ((t = 1; t <= tries; t++)); do
+        line=$(run_once ib_write_lat "$size" -n "$iters")
+        # columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9 (us)
+        if awk '{exit !($5 > 0 && $5 != "inf")}' <<<"$line"; then
+            result=$(awk '{printf "min %.1f us, typical %.1f us, avg %.1f us, p99 %.1f us, p99.9 %.1f us", $3, $5, $6, $8, $9}' <<<"$line")
+            break
+        fi
+    done
+    echo "| ib_write_lat, $iters iterations | $size B | ${result:-n/a (clock calibration failed $tries times)} |"
+done
