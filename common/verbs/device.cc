@@ -103,11 +103,15 @@ int Context::query_gids(uint8_t port, int gid_tbl_len, std::vector<GidEntry> *ou
     out->clear();
     if (gid_tbl_len <= 0) return 0;
 #if VIGIL_HAVE_IBV_QUERY_GID_TABLE
-    // The table call returns every valid entry of every port of the device.
+    // The table call returns every valid entry of every port of the device: room for all.
     ibv_device_attr da{};
     if (int rc = query_device(&da); rc != 0) return rc;
-    const size_t ports = da.phys_port_cnt > 0 ? da.phys_port_cnt : 1;
-    const size_t max = static_cast<size_t>(gid_tbl_len) * ports;
+    size_t max = 0;
+    for (int p = 1; p <= da.phys_port_cnt; ++p) {
+        ibv_port_attr pa{};
+        if (int rc = query_port(static_cast<uint8_t>(p), &pa); rc != 0) return rc;
+        max += static_cast<size_t>(pa.gid_tbl_len);
+    }
     std::vector<ibv_gid_entry> entries(max);
     const ssize_t n = ibv_query_gid_table(ctx_.get(), entries.data(), entries.size(), 0);
     if (n < 0) return static_cast<int>(n);
