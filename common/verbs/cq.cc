@@ -53,8 +53,8 @@ int Cq::create(const Context &ctx, int cqe, const CompChannel *channel, void *cq
 {
     if (cqe <= 0) return -EINVAL;
     errno = 0;
-    ibv_cq *c = ibv_create_cq(ctx.get(), cqe, cq_context,
-                              channel != nullptr ? channel->get() : nullptr, 0);
+    ibv_cq *c =
+        ibv_create_cq(ctx.get(), cqe, cq_context, channel != nullptr ? channel->get() : nullptr, 0);
     if (c == nullptr) return errno > 0 ? -errno : -ENOMEM;
     out->cq_.reset(c);
     return 0;

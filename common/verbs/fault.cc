@@ -36,7 +36,9 @@ int FaultInjector::add(const Fault &fault)
 uint64_t FaultInjector::fired(int id) const
 {
     std::lock_guard lock(mu_);
-    return id >= 0 && static_cast<size_t>(id) < rules_.size() ? rules_[static_cast<size_t>(id)].fired : 0;
+    return id >= 0 && static_cast<size_t>(id) < rules_.size()
+               ? rules_[static_cast<size_t>(id)].fired
+               : 0;
 }
 
 FaultInjector::Rule *FaultInjector::match(Fault::Verb verb, uint32_t qp_num, int qp_state)

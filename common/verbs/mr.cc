@@ -25,8 +25,8 @@ int Mr::reg(const Pd &pd, void *addr, size_t length, int access, Mr *out) noexce
     return 0;
 }
 
-int Mr::reg_dmabuf(const Pd &pd, uint64_t offset, size_t length, uint64_t iova, int fd,
-                   int access, Mr *out) noexcept
+int Mr::reg_dmabuf(const Pd &pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access,
+                   Mr *out) noexcept
 {
     if (length == 0) return -EINVAL;
     ibv_mr *m = nullptr;

@@ -24,8 +24,8 @@ public:
                                  Mr *out) noexcept;
     /// Registers `length` bytes at `offset` of the DMA-BUF `fd`, mapped at `iova` in the
     /// address space the peer uses. 0 or -errno (-EOPNOTSUPP: kernel or device cannot).
-    [[nodiscard]] static int reg_dmabuf(const Pd &pd, uint64_t offset, size_t length,
-                                        uint64_t iova, int fd, int access, Mr *out) noexcept;
+    [[nodiscard]] static int reg_dmabuf(const Pd &pd, uint64_t offset, size_t length, uint64_t iova,
+                                        int fd, int access, Mr *out) noexcept;
 
     ibv_mr *get() const noexcept { return mr_.get(); }
     explicit operator bool() const noexcept { return mr_ != nullptr; }

@@ -8,7 +8,7 @@ namespace vigil::verbs {
 
 const char *wc_status_name(int status) noexcept
 {
-#define VIGIL_WC(x)                                                                            \
+#define VIGIL_WC(x)                                                                                \
     case x: return #x
     switch (status) {
         VIGIL_WC(IBV_WC_SUCCESS);
@@ -42,7 +42,7 @@ const char *wc_status_name(int status) noexcept
 
 const char *event_type_name(int type) noexcept
 {
-#define VIGIL_EV(x)                                                                            \
+#define VIGIL_EV(x)                                                                                \
     case x: return #x
     switch (type) {
         VIGIL_EV(IBV_EVENT_CQ_ERR);

@@ -40,8 +40,8 @@ int lib_reg_mr(ibv_pd *pd, void *addr, size_t length, int access, ibv_mr **mr) n
     return errno > 0 ? -errno : -ENOMEM;
 }
 
-int lib_reg_dmabuf_mr(ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
-                      int access, ibv_mr **mr) noexcept
+int lib_reg_dmabuf_mr(ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access,
+                      ibv_mr **mr) noexcept
 {
 #if VIGIL_HAVE_IBV_REG_DMABUF_MR
     errno = 0;
@@ -55,8 +55,8 @@ int lib_reg_dmabuf_mr(ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
 #endif
 }
 
-constexpr Ops kLibOps = {lib_post_send, lib_post_recv,  lib_poll_cq,
-                         lib_modify_qp, lib_reg_mr,     lib_reg_dmabuf_mr};
+constexpr Ops kLibOps = {lib_post_send, lib_post_recv, lib_poll_cq,
+                         lib_modify_qp, lib_reg_mr,    lib_reg_dmabuf_mr};
 
 } // namespace
 

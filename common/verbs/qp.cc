@@ -71,8 +71,8 @@ int Qp::to_rtr(const QpPathAttr &path, const QpEndpoint &remote) noexcept
         a.ah_attr.grh.traffic_class = path.traffic_class;
     }
     return modify_qp(qp_.get(), &a,
-                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 }
 
 int Qp::to_rts(const QpPathAttr &path, uint32_t local_psn) noexcept

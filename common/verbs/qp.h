@@ -25,10 +25,10 @@ struct QpCaps {
 /// What one end of an RC connection tells the other (QP number, first PSN, GID, LID). Plain
 /// data: the fabric carries it in its own wire format and must bound what it reads.
 struct QpEndpoint {
-    uint32_t qpn = 0;    ///< 24 bits
-    uint32_t psn = 0;    ///< 24 bits: the first packet sequence number this end sends
+    uint32_t qpn = 0; ///< 24 bits
+    uint32_t psn = 0; ///< 24 bits: the first packet sequence number this end sends
     uint8_t gid[16] = {};
-    uint16_t lid = 0;    ///< InfiniBand only; 0 on RoCE
+    uint16_t lid = 0; ///< InfiniBand only; 0 on RoCE
 };
 
 /// The local choices for RTR and RTS. Defaults are NCCL's IB transport's (net_ib connect.cc:
@@ -36,14 +36,14 @@ struct QpEndpoint {
 /// limit 255). Under rxe, retry_cnt 7 means "retry for ever": tests use less.
 struct QpPathAttr {
     uint8_t port = 1;
-    uint8_t gid_index = 0;      ///< local GID (source of the GRH)
-    bool global = true;         ///< use a GRH: always on RoCE, across subnets on InfiniBand
-    int mtu = IBV_MTU_1024;     ///< enum ibv_mtu, at most the port's active MTU
-    uint8_t timeout = 20;       ///< local ACK timeout, 4.096 us * 2^timeout (0: infinite)
-    uint8_t retry_cnt = 7;      ///< transport retries, 0..7
-    uint8_t rnr_retry = 7;      ///< receiver-not-ready retries, 0..7 (7: infinite)
-    uint8_t sl = 0;             ///< service level, 0..15
-    uint8_t traffic_class = 0;  ///< GRH traffic class (DSCP << 2 on RoCE)
+    uint8_t gid_index = 0;     ///< local GID (source of the GRH)
+    bool global = true;        ///< use a GRH: always on RoCE, across subnets on InfiniBand
+    int mtu = IBV_MTU_1024;    ///< enum ibv_mtu, at most the port's active MTU
+    uint8_t timeout = 20;      ///< local ACK timeout, 4.096 us * 2^timeout (0: infinite)
+    uint8_t retry_cnt = 7;     ///< transport retries, 0..7
+    uint8_t rnr_retry = 7;     ///< receiver-not-ready retries, 0..7 (7: infinite)
+    uint8_t sl = 0;            ///< service level, 0..15
+    uint8_t traffic_class = 0; ///< GRH traffic class (DSCP << 2 on RoCE)
     uint8_t hop_limit = 255;
     uint8_t max_rd_atomic = 1;  ///< RDMA READs this end may have outstanding (iflush)
     uint8_t min_rnr_timer = 12; ///< 0.64 ms

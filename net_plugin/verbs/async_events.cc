@@ -95,9 +95,12 @@ void AsyncEventThread::run() noexcept
             out.time_ns = now_ns();
             if (is_port_event(ev.event_type)) {
                 out.port = ev.element.port_num;
-            } else if (ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
-                       ev.event_type == IBV_EVENT_QP_ACCESS_ERR || ev.event_type == IBV_EVENT_COMM_EST ||
-                       ev.event_type == IBV_EVENT_SQ_DRAINED || ev.event_type == IBV_EVENT_PATH_MIG ||
+            } else if (ev.event_type == IBV_EVENT_QP_FATAL ||
+                       ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+                       ev.event_type == IBV_EVENT_QP_ACCESS_ERR ||
+                       ev.event_type == IBV_EVENT_COMM_EST ||
+                       ev.event_type == IBV_EVENT_SQ_DRAINED ||
+                       ev.event_type == IBV_EVENT_PATH_MIG ||
                        ev.event_type == IBV_EVENT_PATH_MIG_ERR ||
                        ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
                 out.qp_num = ev.element.qp->qp_num;

@@ -15,12 +15,12 @@ namespace vigil::net::ib {
 /// One asynchronous event, copied out of libibverbs (the event itself is acknowledged
 /// before the callback returns to the thread's loop). Plain data.
 struct AsyncEvent {
-    int type = 0;         ///< enum ibv_event_type
-    int port = 0;         ///< 1-based port for port events (PORT_*, GID/LID/PKEY/SM change,
-                          ///< CLIENT_REREGISTER); 0 for device, QP, CQ, SRQ and WQ events
-    uint32_t qp_num = 0;  ///< QP events (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, ...)
+    int type = 0;               ///< enum ibv_event_type
+    int port = 0;               ///< 1-based port for port events (PORT_*, GID/LID/PKEY/SM change,
+                                ///< CLIENT_REREGISTER); 0 for device, QP, CQ, SRQ and WQ events
+    uint32_t qp_num = 0;        ///< QP events (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, ...)
     void *qp_context = nullptr; ///< that QP's context, as given at QP creation
-    uint64_t time_ns = 0; ///< when the thread read it (vigil::now_ns())
+    uint64_t time_ns = 0;       ///< when the thread read it (vigil::now_ns())
 };
 
 /// True for event types that name a port (element.port_num is valid).

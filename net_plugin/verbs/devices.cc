@@ -168,7 +168,8 @@ int PortRegistry::open(const DiscoveryConfig &config, Handler handler, std::stri
         hcas.push_back(std::move(hca));
     }
     std::stable_sort(found.begin(), found.end(), [](const Port &a, const Port &b) {
-        if (a.props.device != b.props.device) return device_name_less(a.props.device, b.props.device);
+        if (a.props.device != b.props.device)
+            return device_name_less(a.props.device, b.props.device);
         return a.props.port < b.props.port;
     });
     {
@@ -187,13 +188,13 @@ int PortRegistry::open(const DiscoveryConfig &config, Handler handler, std::stri
                   "dev %zu %s: %s, %d Mbit/s (%dx %d), mtu %d, gid %d %s, pci %s, numa %d", d,
                   pp.name.c_str(), pp.infiniband ? "InfiniBand" : "RoCE", pp.speed_mbps,
                   pp.width_lanes, pp.lane_mbps, pp.mtu_bytes, pp.gid_index, pp.gid_reason.c_str(),
-                  pp.pci_path.empty() ? pp.pci_path_why.c_str() : pp.pci_path.c_str(), pp.numa_node);
+                  pp.pci_path.empty() ? pp.pci_path_why.c_str() : pp.pci_path.c_str(),
+                  pp.numa_node);
     }
     for (auto &h : hcas_) {
         Hca *raw = h.get();
-        if (int rc = h->events.start(h->ctx.get(), h->name, [this, raw](const AsyncEvent &ev) {
-                on_event(raw, ev);
-            });
+        if (int rc = h->events.start(h->ctx.get(), h->name,
+                                     [this, raw](const AsyncEvent &ev) { on_event(raw, ev); });
             rc != 0) {
             if (why) *why = "dev " + h->name + ": cannot start its event thread: " + strerror(-rc);
             close();
@@ -244,7 +245,8 @@ void PortRegistry::on_event(Hca *hca, const AsyncEvent &ev)
     }
     for (const PortEvent &pe : out) {
         if (pe.dev >= 0)
-            VLOG_INFO(NCCL_NET, "dev %s:%d: %s, state %s -> %s, speed %d -> %d Mbit/s, gid %d -> %d",
+            VLOG_INFO(NCCL_NET,
+                      "dev %s:%d: %s, state %s -> %s, speed %d -> %d Mbit/s, gid %d -> %d",
                       pe.device.c_str(), pe.event.port, verbs::event_type_name(pe.event.type),
                       verbs::port_state_name(pe.old_state), verbs::port_state_name(pe.new_state),
                       pe.old_speed_mbps, pe.new_speed_mbps, pe.old_gid_index, pe.new_gid_index);

@@ -19,17 +19,17 @@ namespace vigil::net::ib {
 
 /// What discovery is told (from VIGIL_IB_HCA and the GID variables). Plain data.
 struct DiscoveryConfig {
-    std::string hca;     ///< NCCL_IB_HCA syntax; empty: every device
+    std::string hca; ///< NCCL_IB_HCA syntax; empty: every device
     GidPolicy gid;
 };
 
 /// An event as the registry delivers it, after updating its own view of the port.
 /// Plain data.
 struct PortEvent {
-    int dev = -1;            ///< NCCL device index; -1 for events of no port (QP, CQ, SRQ)
-    std::string device;      ///< the HCA ("rxe_a0")
-    AsyncEvent event;        ///< the raw event (type, port, qp_num, qp_context, time)
-    int old_state = 0, new_state = 0;         ///< enum ibv_port_state around the event
+    int dev = -1;                     ///< NCCL device index; -1 for events of no port (QP, CQ, SRQ)
+    std::string device;               ///< the HCA ("rxe_a0")
+    AsyncEvent event;                 ///< the raw event (type, port, qp_num, qp_context, time)
+    int old_state = 0, new_state = 0; ///< enum ibv_port_state around the event
     int old_speed_mbps = 0, new_speed_mbps = 0;
     int old_gid_index = -1, new_gid_index = -1; ///< re-chosen on GID_CHANGE and PORT_ACTIVE
     uint16_t old_lid = 0, new_lid = 0;

@@ -64,8 +64,8 @@ bool in_range(const GidPolicy &p, const uint8_t raw[16])
 bool gid_is_ipv4(const uint8_t raw[16]) noexcept
 {
     const bool mapped = word(raw, 0) == 0 && word(raw, 1) == 0 && word(raw, 2) == 0x0000ffffu;
-    const bool mapped_mc = word(raw, 0) == 0xff0e0000u && word(raw, 1) == 0 &&
-                           word(raw, 2) == 0x0000ffffu;
+    const bool mapped_mc =
+        word(raw, 0) == 0xff0e0000u && word(raw, 1) == 0 && word(raw, 2) == 0x0000ffffu;
     return mapped || mapped_mc;
 }
 
@@ -74,8 +74,10 @@ bool GidPolicy::parse(int gid_index, std::string_view family, std::string_view r
 {
     GidPolicy p;
     p.forced_index = gid_index;
-    if (family.empty() || family == "AF_INET") p.family = AF_INET;
-    else if (family == "AF_INET6") p.family = AF_INET6;
+    if (family.empty() || family == "AF_INET")
+        p.family = AF_INET;
+    else if (family == "AF_INET6")
+        p.family = AF_INET6;
     else {
         if (why) *why = "VIGIL_IB_ADDR_FAMILY must be AF_INET or AF_INET6";
         return false;
@@ -98,8 +100,9 @@ bool GidPolicy::parse(int gid_index, std::string_view family, std::string_view r
         }
         const int max = p.family == AF_INET ? 32 : 128;
         if (!ok || n > max) {
-            if (why) *why = "VIGIL_IB_ADDR_RANGE must be ADDRESS/BITS with BITS at most " +
-                            std::to_string(max);
+            if (why)
+                *why = "VIGIL_IB_ADDR_RANGE must be ADDRESS/BITS with BITS at most " +
+                       std::to_string(max);
             return false;
         }
         if (p.family == AF_INET) {

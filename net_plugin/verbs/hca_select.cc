@@ -9,8 +9,8 @@ constexpr size_t kMaxName = 63;
 
 bool name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
 }
 
 bool fail(std::string *why, std::string text)
@@ -50,7 +50,8 @@ bool HcaSelector::parse(std::string_view spec, HcaSelector *out, std::string *wh
                 value = value * 10 + (c - '0');
             }
             if (!ok || value < 1 || value > 255)
-                return fail(why, "bad port in `" + std::string(item) + "` (a number from 1 to 255)");
+                return fail(why,
+                            "bad port in `" + std::string(item) + "` (a number from 1 to 255)");
             e.port = value;
         }
         if (name.empty()) return fail(why, "empty device name in `" + std::string(item) + "`");
@@ -59,8 +60,7 @@ bool HcaSelector::parse(std::string_view spec, HcaSelector *out, std::string *wh
         for (char c : name)
             if (!name_char(c))
                 return fail(why, "bad character in device name `" + std::string(name) + "`");
-        if (sel.entries.size() == kMaxEntries)
-            return fail(why, "more than 32 entries");
+        if (sel.entries.size() == kMaxEntries) return fail(why, "more than 32 entries");
         e.name = std::string(name);
         sel.entries.push_back(std::move(e));
     }

@@ -19,8 +19,9 @@ namespace vigil::net::ib {
 /// list selects everything. Plain value type.
 ///
 /// Stricter than NCCL where NCCL silently misreads: a port that is not a number from 1 to
-/// 255, an empty name before `:`, `=` before `^`, a `^` or `=` with no names, names of 64 characters or more, more than
-/// 32 entries (NCCL's MAX_IB_DEVS) and characters outside [A-Za-z0-9_.-] are errors.
+/// 255, an empty name before `:`, `=` before `^`, a `^` or `=` with no names, names of 64
+/// characters or more, more than 32 entries (NCCL's MAX_IB_DEVS) and characters outside
+/// [A-Za-z0-9_.-] are errors.
 struct HcaSelector {
     struct Entry {
         std::string name;

@@ -28,7 +28,8 @@ bool parse_counter(std::string_view text, int64_t *value) noexcept
 PortCounters summarize_counters(const std::vector<std::pair<std::string, int64_t>> &raw)
 {
     PortCounters pc;
-    auto add = [&](int64_t *field, std::initializer_list<std::string_view> names, int64_t scale = 1) {
+    auto add = [&](int64_t *field, std::initializer_list<std::string_view> names,
+                   int64_t scale = 1) {
         for (const auto &[name, value] : raw)
             for (std::string_view n : names)
                 if (name == n) *field = (*field < 0 ? 0 : *field) + value * scale;
@@ -110,7 +111,8 @@ int HwCounterReader::read(std::vector<std::pair<std::string, int64_t>> *raw) con
         char text[32];
         const ssize_t n = ::pread(fd, text, sizeof text, 0);
         int64_t v = 0;
-        if (n <= 0 || n == sizeof text || !parse_counter(std::string_view(text, static_cast<size_t>(n)), &v))
+        if (n <= 0 || n == sizeof text ||
+            !parse_counter(std::string_view(text, static_cast<size_t>(n)), &v))
             continue;
         raw->emplace_back(name, v);
     }

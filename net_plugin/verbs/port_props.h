@@ -31,10 +31,10 @@ int port_speed_mbps(uint32_t active_width, uint32_t active_speed) noexcept;
 
 /// What the platform offers for registering GPU memory. Plain data.
 struct PlatformCaps {
-    bool peermem = false;       ///< an NVIDIA peer-memory module is loaded (nvidia_peermem
-                                ///< or nv_peer_mem: the files NCCL's ncclIbGdrSupport checks)
-    bool gpu_dmabuf = false;    ///< the NVIDIA kernel driver is loaded (/proc/driver/nvidia),
-                                ///< the exporter of GPU memory as DMA-BUF
+    bool peermem = false;    ///< an NVIDIA peer-memory module is loaded (nvidia_peermem
+                             ///< or nv_peer_mem: the files NCCL's ncclIbGdrSupport checks)
+    bool gpu_dmabuf = false; ///< the NVIDIA kernel driver is loaded (/proc/driver/nvidia),
+                             ///< the exporter of GPU memory as DMA-BUF
 };
 
 /// Reads the platform from /sys and /proc (cheap; a few access() calls). Thread-safe.
@@ -64,32 +64,32 @@ constexpr bool kRegIsGlobal = true;
 
 /// One NCCL device: one active port of one HCA. Plain data, copied out of the registry.
 struct PortProps {
-    std::string name;        ///< unique per NCCL device: "DEV:PORT" ("rxe_a0:1")
-    std::string device;      ///< the HCA ("rxe_a0")
-    int port = 1;            ///< 1-based
-    std::string pci_path;    ///< empty for virtual devices, see pci_path_why
-    std::string pci_path_why;
-    uint64_t guid = 0;       ///< node GUID, host byte order
-    int speed_mbps = 0;      ///< width x lane speed; 0 when the port does not say
-    int width_lanes = 0;
-    int lane_mbps = 0;
-    int ptr_support = kPtrHost;
+    std::string name;           ///< unique per NCCL device: "DEV:PORT" ("rxe_a0:1")
+    std::string device;         ///< the HCA ("rxe_a0")
+    int port = 1;               ///< 1-based
+    std::string pci_path;       ///< sysfs PCI path; empty for virtual devices
+    std::string pci_path_why;   ///< why pci_path is empty (for the log), else empty
+    uint64_t guid = 0;          ///< node GUID, host byte order
+    int speed_mbps = 0;         ///< width_lanes x lane_mbps; 0 when the port does not say
+    int width_lanes = 0;        ///< 1, 2, 4, 8 or 12; 0 unknown
+    int lane_mbps = 0;          ///< Mbit/s per lane; 0 unknown
+    int ptr_support = kPtrHost; ///< kPtr* bits (NCCL_PTR_*)
     bool reg_is_global = kRegIsGlobal;
     int max_recvs = kMaxRecvs;
     float latency_us = kLatencyUs;
-    int max_qp = 0;          ///< the device's max_qp (NCCL's maxComms)
-    int max_qp_wr = 0;
-    bool infiniband = false; ///< link layer: InfiniBand, else Ethernet (RoCE)
-    int state = 0;           ///< enum ibv_port_state
-    int active_mtu = 0;      ///< enum ibv_mtu
-    int mtu_bytes = 0;
-    int numa_node = -1;
-    uint16_t lid = 0;
-    int gid_index = -1;      ///< chosen GID (gid.h); -1: none usable
-    uint8_t gid[16] = {};
-    bool gid_preferred = false;
-    std::string gid_reason;
-    bool device_dmabuf = false;
+    int max_qp = 0;             ///< the device's max_qp (NCCL's maxComms)
+    int max_qp_wr = 0;          ///< the device's max_qp_wr (largest work queue)
+    bool infiniband = false;    ///< link layer: InfiniBand, else Ethernet (RoCE)
+    int state = 0;              ///< enum ibv_port_state, kept current by port events
+    int active_mtu = 0;         ///< enum ibv_mtu
+    int mtu_bytes = 0;          ///< active_mtu in bytes
+    int numa_node = -1;         ///< of the PCI function; -1 unknown or virtual
+    uint16_t lid = 0;           ///< InfiniBand LID; 0 on RoCE
+    int gid_index = -1;         ///< chosen GID (gid.h); -1: none usable
+    uint8_t gid[16] = {};       ///< the GID at gid_index
+    bool gid_preferred = false; ///< the GID has the asked family and RoCE version
+    std::string gid_reason;     ///< one line: why this GID
+    bool device_dmabuf = false; ///< the device accepts DMA-BUF registration
 };
 
 } // namespace vigil::net::ib

@@ -25,6 +25,7 @@ int main(int argc, char **argv)
         return skip("no RDMA support in this kernel (run it with scripts/rxe/run-suite.sh)");
     for (const char *dev : {"rxe_a0", "rxe_a1", "rxe_b0", "rxe_b1"})
         if (list.find(dev) == nullptr)
-            return skip("the lab's rxe devices are not here (run it with scripts/rxe/run-suite.sh)");
+            return skip(
+                "the lab's rxe devices are not here (run it with scripts/rxe/run-suite.sh)");
     return Catch::Session().run(argc, argv);
 }

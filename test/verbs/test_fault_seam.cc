@@ -20,8 +20,14 @@ struct FakeState {
 };
 FakeState g_fake;
 
-int fake_post_send(ibv_qp *, ibv_send_wr *, ibv_send_wr **) noexcept { return ++g_fake.posts, 0; }
-int fake_post_recv(ibv_qp *, ibv_recv_wr *, ibv_recv_wr **) noexcept { return ++g_fake.recvs, 0; }
+int fake_post_send(ibv_qp *, ibv_send_wr *, ibv_send_wr **) noexcept
+{
+    return ++g_fake.posts, 0;
+}
+int fake_post_recv(ibv_qp *, ibv_recv_wr *, ibv_recv_wr **) noexcept
+{
+    return ++g_fake.recvs, 0;
+}
 int fake_poll_cq(ibv_cq *, int n, ibv_wc *wc) noexcept
 {
     ++g_fake.polls;
@@ -34,7 +40,10 @@ int fake_poll_cq(ibv_cq *, int n, ibv_wc *wc) noexcept
     }
     return n;
 }
-int fake_modify_qp(ibv_qp *, ibv_qp_attr *, int) noexcept { return ++g_fake.modifies, 0; }
+int fake_modify_qp(ibv_qp *, ibv_qp_attr *, int) noexcept
+{
+    return ++g_fake.modifies, 0;
+}
 int fake_reg_mr(ibv_pd *, void *, size_t, int, ibv_mr **mr) noexcept
 {
     static ibv_mr fake{};
@@ -113,7 +122,7 @@ TEST_CASE("fault: the Nth completion gets the status, the rest of its QP is flus
     CHECK(wc[4].vendor_err == 0x81);
     CHECK(wc[4].wr_id == 4);
     CHECK(wc[4].qp_num == 7);
-    CHECK(wc[5].status == IBV_WC_SUCCESS);     // QP 9 is untouched
+    CHECK(wc[5].status == IBV_WC_SUCCESS);      // QP 9 is untouched
     CHECK(wc[6].status == IBV_WC_WR_FLUSH_ERR); // QP 7 after the error
     CHECK(inj.fired(id) == 1);
     REQUIRE(poll_cq(nullptr, 2, wc) == 2);
@@ -234,8 +243,9 @@ TEST_CASE("names: path errors fail over, protection errors fail the connection",
     for (int s : {IBV_WC_RETRY_EXC_ERR, IBV_WC_WR_FLUSH_ERR, IBV_WC_LOC_QP_OP_ERR,
                   IBV_WC_RNR_RETRY_EXC_ERR})
         CHECK(classify_wc_status(s) == WcClass::Path);
-    for (int s : std::initializer_list<int>{IBV_WC_REM_ACCESS_ERR, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_INV_REQ_ERR,
-                  IBV_WC_MW_BIND_ERR, IBV_WC_LOC_LEN_ERR, 999})
+    for (int s : std::initializer_list<int>{IBV_WC_REM_ACCESS_ERR, IBV_WC_LOC_PROT_ERR,
+                                            IBV_WC_REM_INV_REQ_ERR, IBV_WC_MW_BIND_ERR,
+                                            IBV_WC_LOC_LEN_ERR, 999})
         CHECK(classify_wc_status(s) == WcClass::Protection);
     CHECK(classify_wc_status(IBV_WC_SUCCESS) == WcClass::Success);
 }

@@ -37,9 +37,12 @@ constexpr int kV2 = IBV_GID_TYPE_ROCE_V2;
 // RoCE v1 and a RoCE v2 entry (show_gids).
 std::vector<GidEntry> mlx5_table()
 {
-    return {v6(0, "fe80::ac0:ebff:fe3d:ca54", kV1), v6(1, "fe80::ac0:ebff:fe3d:ca54", kV2),
-            v6(2, "::ffff:10.110.0.33", kV1),       v6(3, "::ffff:10.110.0.33", kV2),
-            v6(4, "2001:db8::33", kV1),              v6(5, "2001:db8::33", kV2)};
+    return {v6(0, "fe80::ac0:ebff:fe3d:ca54", kV1),
+            v6(1, "fe80::ac0:ebff:fe3d:ca54", kV2),
+            v6(2, "::ffff:10.110.0.33", kV1),
+            v6(3, "::ffff:10.110.0.33", kV2),
+            v6(4, "2001:db8::33", kV1),
+            v6(5, "2001:db8::33", kV2)};
 }
 
 } // namespace

@@ -25,11 +25,21 @@ TEST_CASE("counters: values are plain decimal numbers", "[counters]")
 
 TEST_CASE("counters: rxe's names", "[counters]")
 {
-    const PortCounters pc = summarize_counters({{"sent_pkts", 5026}, {"rcvd_pkts", 5000},
-        {"duplicate_request", 5}, {"out_of_seq_request", 3}, {"rcvd_rnr_err", 0},
-        {"send_rnr_err", 0}, {"rcvd_seq_err", 2}, {"ack_deferred", 9}, {"retry_exceeded_err", 1},
-        {"retry_rnr_exceeded_err", 0}, {"completer_retry_err", 8}, {"send_err", 0},
-        {"link_downed", 1}, {"rdma_sends", 10}, {"rdma_recvs", 10}});
+    const PortCounters pc = summarize_counters({{"sent_pkts", 5026},
+                                                {"rcvd_pkts", 5000},
+                                                {"duplicate_request", 5},
+                                                {"out_of_seq_request", 3},
+                                                {"rcvd_rnr_err", 0},
+                                                {"send_rnr_err", 0},
+                                                {"rcvd_seq_err", 2},
+                                                {"ack_deferred", 9},
+                                                {"retry_exceeded_err", 1},
+                                                {"retry_rnr_exceeded_err", 0},
+                                                {"completer_retry_err", 8},
+                                                {"send_err", 0},
+                                                {"link_downed", 1},
+                                                {"rdma_sends", 10},
+                                                {"rdma_recvs", 10}});
     CHECK(pc.retransmits == 8);
     CHECK(pc.seq_errors == 2);
     CHECK(pc.out_of_sequence == 3);
@@ -45,10 +55,16 @@ TEST_CASE("counters: rxe's names", "[counters]")
 TEST_CASE("counters: mlx5's names and the IB port counters", "[counters]")
 {
     const PortCounters pc = summarize_counters({{"local_ack_timeout_err", 4},
-        {"roce_adp_retrans", 6}, {"packet_seq_err", 1}, {"implied_nak_seq_err", 2},
-        {"out_of_sequence", 7}, {"rnr_nak_retry_err", 3}, {"counters/link_downed", 2},
-        {"counters/port_xmit_data", 1000}, {"counters/port_rcv_data", 10},
-        {"counters/port_xmit_packets", 50}, {"counters/port_rcv_packets", 40}});
+                                                {"roce_adp_retrans", 6},
+                                                {"packet_seq_err", 1},
+                                                {"implied_nak_seq_err", 2},
+                                                {"out_of_sequence", 7},
+                                                {"rnr_nak_retry_err", 3},
+                                                {"counters/link_downed", 2},
+                                                {"counters/port_xmit_data", 1000},
+                                                {"counters/port_rcv_data", 10},
+                                                {"counters/port_xmit_packets", 50},
+                                                {"counters/port_rcv_packets", 40}});
     CHECK(pc.retransmits == 10);
     CHECK(pc.seq_errors == 3);
     CHECK(pc.out_of_sequence == 7);
@@ -61,7 +77,8 @@ TEST_CASE("counters: mlx5's names and the IB port counters", "[counters]")
     CHECK(pc.duplicate_requests == -1);
 }
 
-TEST_CASE("counters: the reader lists once, re-reads values, skips what is no counter", "[counters]")
+TEST_CASE("counters: the reader lists once, re-reads values, skips what is no counter",
+          "[counters]")
 {
     vigil::test::TempDir root;
     const std::string port = "class/infiniband/rxe_a0/ports/1/";
@@ -75,8 +92,9 @@ TEST_CASE("counters: the reader lists once, re-reads values, skips what is no co
     CHECK(r.size() == 4); // lifespan is a setting, not a counter
     std::vector<std::pair<std::string, int64_t>> raw;
     CHECK(r.read(&raw) == 3); // "broken" is left out
-    CHECK(raw == std::vector<std::pair<std::string, int64_t>>{
-                     {"completer_retry_err", 0}, {"sent_pkts", 10}, {"counters/port_xmit_data", 25}});
+    CHECK(raw == std::vector<std::pair<std::string, int64_t>>{{"completer_retry_err", 0},
+                                                              {"sent_pkts", 10},
+                                                              {"counters/port_xmit_data", 25}});
     root.write(port + "hw_counters/sent_pkts", "12\n");
     root.write(port + "hw_counters/completer_retry_err", "3\n");
     // Rewritten in place: the open descriptors read the new values (the VM suite checks the

@@ -117,13 +117,15 @@ struct PortGuard {
 
 } // namespace
 
-TEST_CASE("discovery: one NCCL device per active rxe port, properties from the hardware", "[discovery]")
+TEST_CASE("discovery: one NCCL device per active rxe port, properties from the hardware",
+          "[discovery]")
 {
     PortRegistry reg;
     std::string why;
     REQUIRE(reg.open(config(), {}, &why) == 4);
     const char *names[] = {"rxe_a0:1", "rxe_a1:1", "rxe_b0:1", "rxe_b1:1"};
-    const char *gids[] = {"::ffff:10.10.0.1", "::ffff:10.11.0.1", "::ffff:10.10.0.2", "::ffff:10.11.0.2"};
+    const char *gids[] = {"::ffff:10.10.0.1", "::ffff:10.11.0.1", "::ffff:10.10.0.2",
+                          "::ffff:10.11.0.2"};
     for (int d = 0; d < 4; ++d) {
         const PortProps p = reg.props(d);
         INFO(p.name);
@@ -158,7 +160,8 @@ TEST_CASE("discovery: one NCCL device per active rxe port, properties from the h
     }
 }
 
-TEST_CASE("discovery: VIGIL_IB_HCA selects ports; VIGIL_IB_GID_INDEX overrides the GID", "[discovery]")
+TEST_CASE("discovery: VIGIL_IB_HCA selects ports; VIGIL_IB_GID_INDEX overrides the GID",
+          "[discovery]")
 {
     PortRegistry reg;
     std::string why;
@@ -226,7 +229,8 @@ TEST_CASE("rc: a QP pair driven INIT->RTR->RTS moves data with WRITE and WRITE_W
     CHECK(tx1 - tx0 >= 128); // 132 KiB in 1 KiB RDMA MTU packets
 }
 
-TEST_CASE("events: PORT_ERR and PORT_ACTIVE reach the callback of the port that changed", "[events]")
+TEST_CASE("events: PORT_ERR and PORT_ACTIVE reach the callback of the port that changed",
+          "[events]")
 {
     EventLog log;
     PortRegistry reg;
@@ -259,7 +263,8 @@ TEST_CASE("events: PORT_ERR and PORT_ACTIVE reach the callback of the port that 
     reg.close(); // stops the event threads cleanly while events may still arrive
 }
 
-TEST_CASE("death: a port dying under traffic gives an error completion; a new QP works after", "[death]")
+TEST_CASE("death: a port dying under traffic gives an error completion; a new QP works after",
+          "[death]")
 {
     const size_t len = 64 * 1024;
     PortGuard guard("a1");
@@ -285,8 +290,10 @@ TEST_CASE("death: a port dying under traffic gives an error completion; a new QP
             REQUIRE(n >= 0);
             for (int i = 0; i < n; ++i) {
                 --inflight;
-                if (wc[i].status == IBV_WC_SUCCESS) ++ok;
-                else if (!failed) failed = true, bad_wc = wc[i];
+                if (wc[i].status == IBV_WC_SUCCESS)
+                    ++ok;
+                else if (!failed)
+                    failed = true, bad_wc = wc[i];
             }
             if (!down && ok >= 64) {
                 REQUIRE(vigil::lab::topo("port a1 down") == 0);
@@ -331,7 +338,8 @@ TEST_CASE("access: a wrong rkey gives REM_ACCESS_ERR, a protection error", "[acc
     uint32_t stale = 0;
     {
         verbs::Mr gone;
-        REQUIRE(verbs::Mr::reg(b.pd, b.buf.get(), 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &gone) == 0);
+        REQUIRE(verbs::Mr::reg(b.pd, b.buf.get(), 4096,
+                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &gone) == 0);
         stale = gone.rkey();
     }
     REQUIRE(vigil::lab::post_write(a, b, 0, 4096, stale, 1) == 0);
@@ -475,7 +483,7 @@ TEST_CASE("counters: rxe's hardware counters are read and move with traffic", "[
     ibv_wc wc{};
     REQUIRE(vigil::lab::poll_one(a.cq, &wc, 30s) == 1);
     REQUIRE(wc.status == IBV_WC_SUCCESS);
-    std::this_thread::sleep_for(50ms); // past the counters' 10 ms lifespan
+    std::this_thread::sleep_for(50ms);           // past the counters' 10 ms lifespan
     const PortCounters after = r.read_summary(); // same descriptors: pread regenerates
     CHECK(after.tx_packets - before.tx_packets >= 64);
 }
@@ -507,7 +515,8 @@ TEST_CASE("tbf: shaping a port with tbf slows its RDMA writes", "[tbf]")
             }
             if (n == 0) std::this_thread::sleep_for(100us);
         }
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         while (inflight > 0) { // drain before the next measurement
             ibv_wc wc[8];
             const int n = a.cq.poll(8, wc);

@@ -11,16 +11,16 @@ using namespace vigil::net::ib;
 
 TEST_CASE("speed: width x lane speed, NCCL's figures", "[props]")
 {
-    CHECK(port_speed_mbps(1, 8) == 10000);       // rxe: 1X, FDR10 bit
-    CHECK(port_speed_mbps(2, 32) == 100000);     // 4X EDR
-    CHECK(port_speed_mbps(2, 64) == 200000);     // 4X HDR
-    CHECK(port_speed_mbps(2, 128) == 400000);    // 4X NDR
-    CHECK(port_speed_mbps(16, 128) == 200000);   // 2X NDR
-    CHECK(port_speed_mbps(8, 1) == 30000);       // 12X SDR
-    CHECK(port_speed_mbps(4, 16) == 112000);     // 8X FDR
-    CHECK(port_speed_mbps(2, 256) == 800000);    // 4X XDR (active_speed_ex)
-    CHECK(port_speed_mbps(1, 2) == 5000);        // 1X DDR
-    CHECK(port_speed_mbps(1, 4) == 10000);       // 1X QDR
+    CHECK(port_speed_mbps(1, 8) == 10000);     // rxe: 1X, FDR10 bit
+    CHECK(port_speed_mbps(2, 32) == 100000);   // 4X EDR
+    CHECK(port_speed_mbps(2, 64) == 200000);   // 4X HDR
+    CHECK(port_speed_mbps(2, 128) == 400000);  // 4X NDR
+    CHECK(port_speed_mbps(16, 128) == 200000); // 2X NDR
+    CHECK(port_speed_mbps(8, 1) == 30000);     // 12X SDR
+    CHECK(port_speed_mbps(4, 16) == 112000);   // 8X FDR
+    CHECK(port_speed_mbps(2, 256) == 800000);  // 4X XDR (active_speed_ex)
+    CHECK(port_speed_mbps(1, 2) == 5000);      // 1X DDR
+    CHECK(port_speed_mbps(1, 4) == 10000);     // 1X QDR
 }
 
 TEST_CASE("speed: unknown or malformed values give 0, not a guess", "[props]")
@@ -33,7 +33,8 @@ TEST_CASE("speed: unknown or malformed values give 0, not a guess", "[props]")
     CHECK(lane_mbps(48) == 0);
 }
 
-TEST_CASE("ptrSupport: HOST always, CUDA with peermem, DMABUF with device and GPU driver", "[props]")
+TEST_CASE("ptrSupport: HOST always, CUDA with peermem, DMABUF with device and GPU driver",
+          "[props]")
 {
     CHECK(ptr_support({}, false) == kPtrHost);
     CHECK(ptr_support({}, true) == kPtrHost);
