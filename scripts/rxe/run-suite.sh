@@ -10,7 +10,7 @@
 # Environment: VIGIL_RXE_BUILD (build directory, default build/rxe-asan), and vm.sh's
 # variables (VIGIL_RXE_TIMEOUT, VIGIL_RXE_ACCEL, ...). Run as root.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 src=$PWD
 build=${VIGIL_RXE_BUILD:-build/rxe-asan}
 now() { date +%s.%N; }
@@ -38,6 +38,7 @@ ninja -C "$build" test/verbs/vigil-verbs-lab >"$build/rxe-build.log" 2>&1 ||
 t2=$(now)
 
 mkdir -p "$build/meson-logs"
+rm -f "$build/meson-logs/testlog.json" # a dead guest must not leave a stale result behind
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 export VIGIL_VERBS_REQUIRE_ASAN=1

@@ -57,6 +57,7 @@ fi
 if [[ $accel == kvm ]]; then
     accel_args=(-accel kvm -cpu host)
 else
+    # shellcheck disable=SC2054 # the commas belong to qemu's option syntax
     accel_args=(-accel tcg,thread=multi,tb-size=256 -cpu max)
 fi
 
