@@ -95,7 +95,7 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
 {
     const auto specs = vigil::param_specs();
     // One row per params.def line, in order (update when a variable is added).
-    REQUIRE(specs.size() == 35);
+    REQUIRE(specs.size() == 46);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[9].name == "VIGIL_ABORT_ON_ERROR");
@@ -105,6 +105,10 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
     CHECK(specs[19].name == "VIGIL_DEGRADE_WINDOWS");
     CHECK(specs[22].name == "VIGIL_PROFILE_EVENTS");
     CHECK(specs[27].name == "VIGIL_PROFILE_THREADS");
+    CHECK(specs[28].name == "VIGIL_TUNER_BLOCK");
+    CHECK(specs[35].name == "VIGIL_FABRIC");
+    CHECK(specs[36].name == "VIGIL_IB_HCA");
+    CHECK(specs[45].name == "VIGIL_IB_SL");
     const vigil::Params defaults;
     for (const ParamSpec &s : specs) {
         INFO(s.name);
