@@ -322,7 +322,7 @@ int connect(int dev, void *handle, void **send_comm, int traffic_class)
         VLOG_WARN("connect: progress engine registration failed: %s", strerror(-e));
         return e;
     }
-    VLOG_INFO(NCCL_NET | NCCL_INIT, "connected %s", comm->describe().c_str());
+    VLOG_INFO(NCCL_NET | NCCL_INIT, "connected %s", comm->describe_paths().c_str());
     st.comms.add(comm.get());
     *send_comm = static_cast<Comm *>(comm.release());
     return 0;
@@ -341,7 +341,7 @@ int accept(void *listen_comm, void **recv_comm)
         VLOG_WARN("accept: progress engine registration failed: %s", strerror(-e));
         return e;
     }
-    VLOG_INFO(NCCL_NET | NCCL_INIT, "accepted %s", comm->describe().c_str());
+    VLOG_INFO(NCCL_NET | NCCL_INIT, "accepted %s", comm->describe_paths().c_str());
     g().comms.add(comm.get());
     *recv_comm = static_cast<Comm *>(comm.release());
     return 0;

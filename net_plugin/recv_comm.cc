@@ -44,6 +44,11 @@ std::string RecvComm::describe() const
     return paths_[kPrimary].desc;
 }
 
+std::string RecvComm::describe_paths() const
+{
+    return paths_[kPrimary].desc + ", " + (paths_[kBackup].path ? paths_[kBackup].desc : std::string("no backup"));
+}
+
 uint32_t RecvComm::generation() noexcept
 {
     std::lock_guard<std::mutex> g(mu_);

@@ -47,6 +47,8 @@ public:
     void port_down(int dev, const std::string &cause) noexcept;
 
     std::string describe() const;
+    /// Every path, for the connect/accept log line: "primary ..., backup ..." (or "no backup").
+    std::string describe_paths() const;
     uint32_t generation() noexcept;
 
 private:

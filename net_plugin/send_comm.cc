@@ -44,6 +44,11 @@ std::string SendComm::describe() const
     return paths_[kPrimary].desc;
 }
 
+std::string SendComm::describe_paths() const
+{
+    return paths_[kPrimary].desc + ", " + (paths_[kBackup].path ? paths_[kBackup].desc : std::string("no backup"));
+}
+
 size_t SendComm::nfds() const noexcept
 {
     return path_fds(paths_);

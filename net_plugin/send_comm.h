@@ -85,6 +85,8 @@ public:
     int active_dev() noexcept;
 
     std::string describe() const;
+    /// Every path, for the connect/accept log line: "primary ..., backup ..." (or "no backup").
+    std::string describe_paths() const;
 
     /// Counters for tests and logs. Thread-safe reads.
     struct Stats {

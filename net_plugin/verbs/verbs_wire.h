@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+// The verbs fabric's wire formats:
+//   - connection set-up over a TCP socket per path: the connector's hello (its QPs, GID,
+//     nonce, connection and path ids), the listener's answer (its QPs and the address and key
+//     of its record ring), the connector's ready word once its QPs are ready to receive;
+//   - control messages (SEND/RECV on the path's QPs, both directions): CTS groups, generation
+//     notices and the receiver's holding answer, probes, heartbeats, failover requests,
+//     goodbyes;
+//   - the message record the sender RDMA-writes (with immediate) into the receiver's record
+//     ring after a message's payload.
+// Little-endian, fixed sizes, each with a magic; every field read is checked here or by the
+// caller before use.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+namespace vigil::net::verbs_fabric {
+
+inline void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+    return v;
+}
+
+/// Hard bounds, independent of configuration.
+inline constexpr uint32_t kMaxQps = 16;       ///< QPs per path (VIGIL_IB_QPS_PER_CONN)
+inline constexpr uint32_t kRecordBytes = 32;  ///< one message record
+inline constexpr uint32_t kCtlBytes = 256;    ///< one control message, at most
+
+/// One end of a path as the other needs it to drive its QPs to RTR and write its records.
+struct PathEnd {
+    uint8_t nqps = 0;
+    uint8_t mtu = 0;     ///< enum ibv_mtu of the port
+    uint16_t lid = 0;    ///< InfiniBand LID, 0 on RoCE
+    uint32_t psn = 0;    ///< 24 bits: the first PSN this end sends
+    std::array<uint8_t, 16> gid{};
+    std::array<uint32_t, kMaxQps> qpn{}; ///< 24 bits each
+    uint64_t ring_addr = 0;              ///< its record ring (receiver), 0 on the sender
+    uint32_t ring_rkey = 0;
+
+    static constexpr size_t kSize = 1 + 1 + 2 + 4 + 16 + 4 * kMaxQps + 8 + 4 + 4; // 104
+    void encode(uint8_t *p) const
+    {
+        p[0] = nqps;
+        p[1] = mtu;
+        put_le(p + 2, lid, 2);
+        put_le(p + 4, psn, 4);
+        std::memcpy(p + 8, gid.data(), 16);
+        for (uint32_t i = 0; i < kMaxQps; ++i) put_le(p + 24 + 4 * i, qpn[i], 4);
+        put_le(p + 88, ring_addr, 8);
+        put_le(p + 96, ring_rkey, 4);
+        put_le(p + 100, 0, 4);
+    }
+    const char *decode(const uint8_t *p)
+    {
+        nqps = p[0];
+        mtu = p[1];
+        lid = static_cast<uint16_t>(get_le(p + 2, 2));
+        psn = static_cast<uint32_t>(get_le(p + 4, 4));
+        std::memcpy(gid.data(), p + 8, 16);
+        for (uint32_t i = 0; i < kMaxQps; ++i) qpn[i] = static_cast<uint32_t>(get_le(p + 24 + 4 * i, 4));
+        ring_addr = get_le(p + 88, 8);
+        ring_rkey = static_cast<uint32_t>(get_le(p + 96, 4));
+        if (nqps < 1 || nqps > kMaxQps) return "QP count out of range";
+        if (mtu < 1 || mtu > 5) return "bad MTU";
+        if (psn > 0xffffff) return "PSN beyond 24 bits";
+        for (uint32_t i = 0; i < kMaxQps; ++i) {
+            if (i < nqps && (qpn[i] == 0 || qpn[i] > 0xffffff)) return "bad QP number";
+            if (i >= nqps && qpn[i] != 0) return "QP number past the QP count";
+        }
+        if (get_le(p + 100, 4) != 0) return "non-zero reserved field";
+        return nullptr;
+    }
+};
+
+/// Connector -> listener, first bytes on the set-up socket of one path.
+struct Hello {
+    static constexpr uint32_t kMagic = 0x48564c56; // "VLVH"
+    static constexpr uint8_t kVersion = 1;
+    static constexpr size_t kSize = 48 + PathEnd::kSize;
+    uint8_t version = kVersion;
+    uint8_t slot = 0;    ///< path slot: 0 primary, 1 backup
+    uint8_t npaths = 1;  ///< paths the connection opens at connect (1 or 2)
+    uint8_t rebuild = 0; ///< 1: rebuilds a path of a connection the listener served
+    std::array<uint8_t, 16> nonce{};
+    uint64_t conn_id = 0; ///< random per connection, non-zero
+    uint64_t path_id = 0; ///< random per path, non-zero
+    uint32_t peer_dev = 0;  ///< the listener's device this path is for
+    uint32_t other_dev = kNoDev; ///< the listener's device of the connection's other path
+                                 ///< (registrations must cover it even before it is up)
+    static constexpr uint32_t kNoDev = 0xffffffffu;
+    PathEnd end;
+
+    void encode(uint8_t *p) const
+    {
+        put_le(p, kMagic, 4);
+        p[4] = version;
+        p[5] = slot;
+        p[6] = npaths;
+        p[7] = rebuild;
+        std::memcpy(p + 8, nonce.data(), 16);
+        put_le(p + 24, conn_id, 8);
+        put_le(p + 32, path_id, 8);
+        put_le(p + 40, peer_dev, 4);
+        put_le(p + 44, other_dev, 4);
+        end.encode(p + 48);
+    }
+    /// Returns nullptr when valid, else the first bad field. The nonce is compared by the
+    /// caller.
+    const char *decode(const uint8_t *p)
+    {
+        if (get_le(p, 4) != kMagic) return "bad magic";
+        version = p[4];
+        slot = p[5];
+        npaths = p[6];
+        rebuild = p[7];
+        std::memcpy(nonce.data(), p + 8, 16);
+        conn_id = get_le(p + 24, 8);
+        path_id = get_le(p + 32, 8);
+        peer_dev = static_cast<uint32_t>(get_le(p + 40, 4));
+        other_dev = static_cast<uint32_t>(get_le(p + 44, 4));
+        if (version != kVersion) return "unsupported version";
+        if (slot > 1) return "bad path slot";
+        if (npaths < 1 || npaths > 2) return "bad path count";
+        if (rebuild > 1) return "bad rebuild flag";
+        if (conn_id == 0) return "zero connection id";
+        if (path_id == 0) return "zero path id";
+        if (other_dev != kNoDev && other_dev == peer_dev) return "both paths on one device";
+        return end.decode(p + 48);
+    }
+};
+
+/// Listener -> connector: the listener's end of the path, or a refusal (status != 0).
+struct Answer {
+    static constexpr uint32_t kMagic = 0x41564c56; // "VLVA"
+    static constexpr size_t kSize = 8 + PathEnd::kSize;
+    uint32_t status = 0; ///< 0 ok; else -errno of the listener's failure
+    PathEnd end;
+    void encode(uint8_t *p) const
+    {
+        put_le(p, kMagic, 4);
+        put_le(p + 4, status, 4);
+        end.encode(p + 8);
+    }
+    const char *decode(const uint8_t *p)
+    {
+        if (get_le(p, 4) != kMagic) return "bad answer magic";
+        status = static_cast<uint32_t>(get_le(p + 4, 4));
+        if (status != 0) return nullptr; // a refusal carries no end
+        return end.decode(p + 8);
+    }
+};
+
+/// Connector -> listener once its QPs are ready to receive: the path may carry traffic.
+inline constexpr uint32_t kReadyMagic = 0x52564c56; // "VLVR"
+
+/// A control message's header (SEND on one of the path's QPs). Layout, 24 bytes:
+///   [0] kind  [1] count  [2,4) zero  [4,8) generation  [8,16) a  [16,24) b
+/// kCts: a = group index, b = first seq, count = entries; then per entry 24 bytes:
+///       [0,8) address  [8,12) capacity  [12,16) tag  [16,20) rkey slot 0  [20,24) rkey slot 1
+/// kNotice: a = first seq, b = abandoned path id, count = abandoned slot + 1 (0: none)
+/// kHolding: gen = the notice's generation, a = floor; then 32 bytes: the completion bitmap
+/// kFailoverRequest: a = the failed slot. kProbe, kHeartbeat, kGoodbye: nothing more.
+struct Ctl {
+    enum Kind : uint8_t {
+        kCts = 1, kNotice = 2, kHolding = 3, kProbe = 4, kHeartbeat = 5, kFailoverRequest = 6, kGoodbye = 7
+    };
+    static constexpr size_t kSize = 24;
+    static constexpr size_t kEntrySize = 24;
+    static constexpr size_t kMaxEntries = 8;
+    static constexpr size_t kBitmapBytes = 32;
+    static_assert(kSize + kMaxEntries * kEntrySize <= kCtlBytes);
+    uint8_t kind = 0;
+    uint8_t count = 0;
+    uint32_t gen = 0;
+    uint64_t a = 0, b = 0;
+
+    void encode(uint8_t *p) const
+    {
+        p[0] = kind;
+        p[1] = count;
+        put_le(p + 2, 0, 2);
+        put_le(p + 4, gen, 4);
+        put_le(p + 8, a, 8);
+        put_le(p + 16, b, 8);
+    }
+    /// Decodes the `len` bytes that arrived; nullptr when valid.
+    const char *decode(const uint8_t *p, size_t len)
+    {
+        if (len < kSize) return "control message shorter than its header";
+        kind = p[0];
+        count = p[1];
+        gen = static_cast<uint32_t>(get_le(p + 4, 4));
+        a = get_le(p + 8, 8);
+        b = get_le(p + 16, 8);
+        if (get_le(p + 2, 2) != 0) return "non-zero reserved field";
+        if (kind < kCts || kind > kGoodbye) return "unknown control kind";
+        if (kind == kCts) {
+            if (count < 1 || count > kMaxEntries) return "bad CTS entry count";
+            if (len != kSize + count * kEntrySize) return "CTS length disagrees with its count";
+        } else if (kind == kHolding) {
+            if (len != kSize + kBitmapBytes) return "holding answer of the wrong length";
+        } else if (kind == kNotice) {
+            if (count > 2) return "bad abandoned slot";
+            if (len != kSize) return "control message of the wrong length";
+        } else if (count != 0 || len != kSize) {
+            return "control message of the wrong length";
+        }
+        return nullptr;
+    }
+};
+
+/// The record of one message, written into slot seq % ring of the receiver's record ring
+/// with RDMA WRITE with immediate (immediate = the low 32 bits of seq) after the payload on
+/// the same QP, so its completion proves the payload is in place. Layout, 32 bytes:
+///   [0,8) seq  [8,12) generation  [12,16) size  [16,20) tag  [20] entry  [21,24) zero
+///   [24,32) check: seq ^ size ^ (generation << 32) ^ kMagic
+struct Record {
+    static constexpr uint64_t kMagic = 0x56494749'4c524543ull; // "VIGILREC"
+    uint64_t seq = 0;
+    uint32_t gen = 0;
+    uint32_t size = 0;
+    int32_t tag = 0;
+    uint8_t entry = 0;
+    uint64_t check() const { return seq ^ size ^ (static_cast<uint64_t>(gen) << 32) ^ kMagic; }
+    void encode(uint8_t *p) const
+    {
+        put_le(p, seq, 8);
+        put_le(p + 8, gen, 4);
+        put_le(p + 12, size, 4);
+        put_le(p + 16, static_cast<uint32_t>(tag), 4);
+        p[20] = entry;
+        put_le(p + 21, 0, 3);
+        put_le(p + 24, check(), 8);
+    }
+    const char *decode(const uint8_t *p, uint32_t imm, uint64_t max_message)
+    {
+        seq = get_le(p, 8);
+        gen = static_cast<uint32_t>(get_le(p + 8, 4));
+        size = static_cast<uint32_t>(get_le(p + 12, 4));
+        tag = static_cast<int32_t>(get_le(p + 16, 4));
+        entry = p[20];
+        if (get_le(p + 24, 8) != check()) return "record check mismatch";
+        if (static_cast<uint32_t>(seq) != imm) return "record for another sequence number";
+        if (get_le(p + 21, 3) != 0) return "non-zero reserved field";
+        if (size > max_message) return "message size beyond the limit";
+        if (entry >= Ctl::kMaxEntries) return "entry index out of range";
+        return nullptr;
+    }
+};
+
+} // namespace vigil::net::verbs_fabric
