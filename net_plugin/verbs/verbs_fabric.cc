@@ -19,6 +19,10 @@ namespace vigil::net::verbs_fabric {
 
 VerbsFabric::~VerbsFabric()
 {
+    // Protection domains before their devices: ibv_dealloc_pd on a closed context fails and
+    // leaves the PD behind.
+    hca_of_.clear();
+    hcas_.clear();
     registry_.close();
 }
 
