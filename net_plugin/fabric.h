@@ -203,12 +203,14 @@ public:
     /// that generation: a generation notice naming `abandoned`, the path slot the sender left
     /// because it failed, and that path's id (the receiver must stop that path writing into its
     /// buffers; slot -1 when the previous path left in order, or there was none). The core then
-    /// posts every message it holds no ack for; a path may drop those the receiver reports
-    /// holding (reporting them through SendSink::held), never send them twice into a buffer
-    /// that may already be NCCL's again.
+    /// posts every message it holds no ack for and has not seen held (SendSink::held), in
+    /// increasing order; a path may drop those the receiver reports holding (reporting them
+    /// through SendSink::held), never send them twice into a buffer that may already be
+    /// NCCL's again.
     virtual void begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id) = 0;
     /// Queues `m` for transmission after every message posted before it. Never blocks,
-    /// never fails: errors surface from progress(). Sequence numbers are dense.
+    /// never fails: errors surface from progress(). Sequence numbers increase, densely except
+    /// where a replay skips messages the core already saw held.
     virtual void post(const OutMessage &m) = 0;
     /// True when every posted message has left completely (TCP: written; verbs: its work
     /// requests completed), so a switch to another path cannot leave a write behind.
@@ -278,10 +280,20 @@ public:
     /// The sender's generation notice (SendPath::begin): from sequence number `first_seq` on,
     /// messages come in generation `gen`; `abandoned` is the slot it left because it failed
     /// (-1: none) and `abandoned_id` that path's id (0: unknown). Returns what the receiver
-    /// holds once that path is fenced: from then on nothing of an older generation completes a
-    /// message, so a fabric whose writes cannot be discarded (RDMA) tells the sender which
-    /// messages not to replay.
+    /// holds once that path is fenced and every other live path drained (RecvPath::drain):
+    /// every write of an older generation that will ever land has landed and is counted, so a
+    /// fabric whose writes cannot be discarded (RDMA) tells the sender which messages not to
+    /// replay.
     virtual Holding generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
+    /// A whole message, `size` bytes of message `seq` for entry `entry` with tag `tag`, sent
+    /// in generation `gen`, is in place in its buffer: a fabric whose sender writes payloads
+    /// straight into the advertised buffers (RDMA) learns this from a record that follows
+    /// the payload on one QP. Completes the message whatever its generation, unless it is
+    /// complete already (then nothing happens): the sender may have seen the record
+    /// acknowledged and completed its send, so the message will not come again. Returns 0,
+    /// or -EPROTO / -EMSGSIZE for a record that contradicts what was advertised (fatal for
+    /// the connection).
+    virtual int whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) = 0;
 
 protected:
     ~RecvSink() = default;
@@ -310,9 +322,17 @@ public:
     virtual void heartbeat() = 0;
     /// As SendPath::goodbye(), for closeRecv.
     virtual void goodbye() = 0;
-    /// The sender left this path after a failure: stop it writing into any buffer from now on
-    /// (verbs: move its QPs to the error state; TCP: shut its streams). The path is dead.
-    virtual void fence() = 0;
+    /// Reports through `sink` what has already arrived and needs no reply (whole messages of a
+    /// fabric that writes into the advertised buffers), sending nothing; anything else waits
+    /// for the next progress(). The core drains every other live path before it answers a
+    /// generation notice, so its answer counts every message whose writes have landed. A
+    /// fabric whose receive side writes the bytes itself (TCP) has nothing to drain.
+    virtual void drain(RecvSink & /*sink*/) {}
+    /// The path is done (the sender left it after a failure, it failed here, or the peer
+    /// closed it): stop it writing into any buffer from now on (verbs: move its QPs to the
+    /// error state; TCP: shut its streams), then report what had already landed, as drain()
+    /// does. The path is dead after this; the core calls it once per path.
+    virtual void fence(RecvSink &sink) = 0;
     virtual void sabotage() = 0;
     virtual int fd(size_t i) const = 0;
     virtual size_t nfds() const = 0;

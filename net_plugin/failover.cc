@@ -60,7 +60,10 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     const bool was_active = d.state == SlotState::kActive;
     d.state = SlotState::kDead;
     if (d.tm) {
-        if (was_active) d.tm->meter.on_abandon(t0, next_seq_ - acked_, unacked_bytes_locked());
+        if (was_active) {
+            const Outstanding o = outstanding_locked();
+            d.tm->meter.on_abandon(t0, o.msgs, o.bytes);
+        }
         d.tm->meter.on_error(t0);
         d.tm->meter.set_state(t0, telemetry::kDead, gen_);
         if (d.tm->entry) d.tm->entry->failovers.fetch_add(1, std::memory_order_relaxed);
@@ -77,29 +80,32 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
         if (paths_[i].alive()) next = i;
     if (next < 0) {
         no_path_since_ns_ = t0;
+        // The path a rebuilt one takes over from: the receiver must fence it, if it has not.
+        orphan_slot_ = dead;
+        orphan_id_ = d.path->identity().id;
         VLOG_WARN("host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
                   host_name(), d.desc.c_str(), cause.c_str(),
                   static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
         return;
     }
-    const uint64_t bytes = switch_to_locked(next, dead);
+    const Outstanding replay = switch_to_locked(next, dead, d.path->identity().id);
     PathSlot &a = paths_[next];
     backup_since_ns_ = t0;
     ++stats_.failovers;
     failover_t0_ns_ = t0;
-    queue_event_locked(vigilNetProfFailover, dead, bytes);
+    queue_event_locked(vigilNetProfFailover, dead, replay.bytes);
     telemetry::record_event(telemetry::EventType::kFailover,
                             d.desc + " -> " + a.desc + ": " + cause + ", generation " +
                                 std::to_string(gen_) + ", replaying " +
-                                std::to_string(next_seq_ - acked_) + " messages");
+                                std::to_string(replay.msgs) + " messages");
     failover_probe_seq_ = acked_ + 1;
-    failover_timing_ = next_seq_ > acked_;
+    failover_timing_ = replay.msgs > 0;
     VLOG_WARN("host %s: failover: %s: %s; now on %s, generation %u, replaying %llu messages "
-              "(seq %llu..%llu, %llu bytes), switch took %.1f us",
+              "(of seq %llu..%llu, %llu bytes), switch took %.1f us",
               host_name(), d.desc.c_str(), cause.c_str(), a.desc.c_str(), gen_,
-              static_cast<unsigned long long>(next_seq_ - acked_),
+              static_cast<unsigned long long>(replay.msgs),
               static_cast<unsigned long long>(acked_), static_cast<unsigned long long>(next_seq_),
-              static_cast<unsigned long long>(bytes), static_cast<double>(now_ns() - t0) / 1e3);
+              static_cast<unsigned long long>(replay.bytes), static_cast<double>(now_ns() - t0) / 1e3);
 }
 
 void SendComm::cancel_drain_locked() noexcept
@@ -110,15 +116,16 @@ void SendComm::cancel_drain_locked() noexcept
         for (uint64_t s = std::max(drain_from_seq_, acked_); s < next_seq_; ++s) post_locked(s);
 }
 
-uint64_t SendComm::switch_to_locked(int slot, int abandoned) noexcept
+SendComm::Outstanding SendComm::switch_to_locked(int slot, int abandoned, uint64_t abandoned_id) noexcept
 {
     draining_ = false; // the replay below covers anything held back
     const uint64_t now = now_ns();
+    const Outstanding replay = outstanding_locked();
     PathSlot &old = paths_[active_];
     if (active_ != slot && old.state == SlotState::kActive) { // failback: old goes back to standby
         old.state = SlotState::kStandby;
         if (old.tm) {
-            old.tm->meter.on_abandon(now, next_seq_ - acked_, unacked_bytes_locked());
+            old.tm->meter.on_abandon(now, replay.msgs, replay.bytes);
             old.tm->meter.set_state(now, telemetry::kStandby, gen_ + 1);
         }
     }
@@ -128,17 +135,16 @@ uint64_t SendComm::switch_to_locked(int slot, int abandoned) noexcept
     a.state = SlotState::kActive;
     if (a.tm) {
         a.tm->meter.set_state(now, telemetry::kActive, gen_);
-        a.tm->meter.on_replay(now, static_cast<uint32_t>(next_seq_ - acked_));
+        a.tm->meter.on_replay(now, static_cast<uint32_t>(replay.msgs));
     }
-    const uint64_t abandoned_id =
-        abandoned >= 0 && paths_[abandoned].path ? paths_[abandoned].path->identity().id : 0;
     a.path->begin(acked_, gen_, abandoned, abandoned_id);
-    for (uint64_t s = acked_; s < next_seq_; ++s) post_locked(s);
-    const uint64_t bytes = unacked_bytes_locked();
+    // A message seen held is complete (NCCL may have its buffer back): never sent again.
+    for (uint64_t s = acked_; s < next_seq_; ++s)
+        if (!held_[s % kMaxInflight]) post_locked(s);
     a.last_heard_ns = now_ns(); // the stall clock of the new active path starts now
     stats_.generation = gen_;
-    stats_.replayed_messages += next_seq_ - acked_;
-    return bytes;
+    stats_.replayed_messages += replay.msgs;
+    return replay;
 }
 
 void SendComm::watchdogs_locked(uint64_t now) noexcept
@@ -211,9 +217,10 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
         VLOG_INFO(NCCL_NET, "host %s: path rebuilt: %s%s", host_name(), sl.desc.c_str(),
                   other ? "" : "; it carries the connection now");
         if (!other) {
-            const uint64_t bytes = switch_to_locked(i, -1);
+            const Outstanding replay = switch_to_locked(i, orphan_slot_, orphan_id_);
+            orphan_slot_ = -1;
             VLOG_WARN("host %s: connection resumed on %s, generation %u, replaying %llu bytes",
-                      host_name(), sl.desc.c_str(), gen_, static_cast<unsigned long long>(bytes));
+                      host_name(), sl.desc.c_str(), gen_, static_cast<unsigned long long>(replay.bytes));
         }
     }
 }
@@ -230,7 +237,7 @@ void SendComm::failback_locked(uint64_t now) noexcept
     draining_ = true;
     if (paths_[kBackup].alive() && !paths_[kBackup].path->idle()) return;
     draining_ = false;
-    const uint64_t bytes = switch_to_locked(kPrimary, -1);
+    const uint64_t bytes = switch_to_locked(kPrimary, -1, 0).bytes;
     ++stats_.failbacks;
     queue_event_locked(vigilNetProfFailback, kPrimary, bytes);
     telemetry::record_event(telemetry::EventType::kFailback,

@@ -169,7 +169,21 @@ int RecvComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
 Holding RecvComm::SlotSink::generation(uint32_t gen, uint64_t /*first_seq*/, int abandoned, uint64_t abandoned_id)
 {
     comm->notice_locked(slot, gen, abandoned, abandoned_id);
+    // Writes that landed on another path (a backup left at failback, idle at the sender but
+    // not yet polled here) count before the answer: the sender must not write them again.
+    comm->drain_others_locked(slot);
     return comm->holding_locked();
+}
+
+int RecvComm::SlotSink::whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
+{
+    return comm->whole(slot, gen, seq, tag, size, entry);
+}
+
+void RecvComm::drain_others_locked(int except) noexcept
+{
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (i != except && paths_[i].alive) paths_[i].path->drain(paths_[i].sink);
 }
 
 Holding RecvComm::holding_locked() const noexcept
@@ -198,22 +212,42 @@ Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, ui
     if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return error(-EPROTO);
     MsgSlot &s = msgs_[seq % kMaxInflight];
     if (s.complete) return p.kind = Placement::kDiscard, p;
+    if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return error(rc);
+    p.kind = Placement::kPlace;
+    p.dest = s.req->data[static_cast<size_t>(entry)];
+    return p;
+}
+
+int RecvComm::bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) noexcept
+{
+    MsgSlot &s = msgs_[seq % kMaxInflight];
     Request *r = s.req;
-    if (entry < 0 || entry >= r->n) return error(-EPROTO);
+    if (entry < 0 || entry >= r->n) return -EPROTO;
     const size_t e = static_cast<size_t>(entry);
-    if (r->cts.entries[e].tag != tag) return error(-EPROTO);
+    if (r->cts.entries[e].tag != tag) return -EPROTO;
     if (s.buf < 0) {
-        if (r->bound[e]) return error(-EPROTO); // two messages for one buffer
-        if (size > r->cts.entries[e].size) return error(-EMSGSIZE);
+        if (r->bound[e]) return -EPROTO; // two messages for one buffer
+        if (size > r->cts.entries[e].size) return -EMSGSIZE;
         r->bound[e] = true;
         r->msg_size[e] = size;
         s.buf = entry;
     } else if (s.buf != entry || r->msg_size[e] != size) {
-        return error(-EPROTO);
+        return -EPROTO;
     }
-    p.kind = Placement::kPlace;
-    p.dest = r->data[e];
-    return p;
+    return 0;
+}
+
+int RecvComm::whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
+{
+    if (gen > gen_) adopt_generation_locked(slot, gen);
+    if (seq < floor_) return 0; // a replay of a completed message
+    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return -EPROTO;
+    MsgSlot &s = msgs_[seq % kMaxInflight];
+    if (s.complete) return 0;
+    // Any generation: the bytes are in the buffer (they came before the record on one QP),
+    // and a sender that saw the record acknowledged will not send them again.
+    if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
+    return add_bytes_locked(slot, seq, size - s.got);
 }
 
 bool RecvComm::still_wanted(uint32_t gen, uint64_t seq) const
@@ -224,6 +258,11 @@ bool RecvComm::still_wanted(uint32_t gen, uint64_t seq) const
 int RecvComm::landed(int slot, uint64_t seq, uint64_t len, uint32_t gen)
 {
     if (!still_wanted(gen, seq)) return 0; // a frame overtaken by a newer generation
+    return add_bytes_locked(slot, seq, len);
+}
+
+int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept
+{
     if (PathTelemetry *tm = paths_[slot].tm.get()) {
         const uint64_t now = now_ns();
         tm->meter.on_complete(now, now, len); // receive side: bytes per path, no latency
@@ -272,8 +311,7 @@ void RecvComm::notice_locked(int slot, uint32_t gen, int abandoned, uint64_t aba
     if (abandoned_id != 0 && paths_[abandoned].path->identity().id != abandoned_id) return;
     // The sender left that path after a failure and replays its messages here: whatever the
     // old path still carries must never reach a buffer again (an RDMA write cannot be
-    // discarded once it lands).
-    paths_[abandoned].path->fence();
+    // discarded once it lands); losing it fences it.
     lose_path_locked(abandoned, "the sender left it (generation " + std::to_string(gen) + ")",
                      false, false);
 }
@@ -309,6 +347,8 @@ void RecvComm::lose_path_locked(int i, const std::string &why, bool orderly, boo
     p.alive = false;
     p.orderly = orderly;
     p.eof = eof;
+    // Nothing of this path may land after this; what landed before still counts.
+    p.path->fence(p.sink);
     if (p.tm) p.tm->meter.set_state(now_ns(), telemetry::kDead, gen_);
     watch(*p.path, false);
     bool any = false;
@@ -334,7 +374,8 @@ void RecvComm::accept_rebuilt_locked(uint64_t now) noexcept
     const int slot = np->identity().slot;
     if (slot < 0 || slot >= kMaxPaths) return;
     PathSlot &ps = paths_[slot];
-    if (ps.path) watch(*ps.path, false);
+    // The sender gave up the path this one replaces, whatever this side has seen of that.
+    if (ps.alive) lose_path_locked(slot, "replaced by a path the sender rebuilt", false, false);
     ps.path = std::move(np);
     watch(*ps.path, true);
     ps.desc = ps.path->identity().describe();

@@ -60,6 +60,7 @@ private:
         bool still_wanted(uint32_t gen, uint64_t seq) override;
         int landed(uint64_t seq, uint64_t len, uint32_t gen) override;
         Holding generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) override;
+        int whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) override;
     };
     struct PathSlot {
         std::unique_ptr<RecvPath> path;
@@ -86,8 +87,17 @@ private:
     int fd(size_t i) const noexcept override;
 
     Placement locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry);
+    /// Binds message `seq` to buffer `entry` on its first frame, or checks a later frame
+    /// against that binding. 0, or -EPROTO / -EMSGSIZE.
+    int bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) noexcept;
     bool still_wanted(uint32_t gen, uint64_t seq) const;
     int landed(int slot, uint64_t seq, uint64_t len, uint32_t gen);
+    /// `len` more bytes of message `seq` are in place (through path `slot`); completes it and
+    /// its request when all are, and acknowledges. 0 or -EPROTO.
+    int add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept;
+    int whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry);
+    /// Drains every live path but `except` (RecvPath::drain).
+    void drain_others_locked(int except) noexcept;
     void adopt_generation_locked(int slot, uint32_t gen) noexcept;
     void notice_locked(int slot, uint32_t gen, int abandoned, uint64_t abandoned_id) noexcept;
     Holding holding_locked() const noexcept;

@@ -73,11 +73,15 @@ int SendComm::active_dev() noexcept
     return paths_[active_].alive() ? paths_[active_].path->identity().dev : -1;
 }
 
-uint64_t SendComm::unacked_bytes_locked() const noexcept
+SendComm::Outstanding SendComm::outstanding_locked() const noexcept
 {
-    uint64_t bytes = 0;
-    for (uint64_t s = acked_; s < next_seq_; ++s) bytes += reqs_[s % kMaxInflight].size;
-    return bytes;
+    Outstanding o;
+    for (uint64_t s = acked_; s < next_seq_; ++s) {
+        if (held_[s % kMaxInflight]) continue;
+        ++o.msgs;
+        o.bytes += reqs_[s % kMaxInflight].size;
+    }
+    return o;
 }
 
 void SendComm::post_locked(uint64_t seq) noexcept

@@ -27,12 +27,14 @@ namespace vigil::net {
  *   Active --error | port down | stall | the receiver's request--> Dead, and a Standby
  *       becomes Active: generation += 1, a generation notice naming the dead slot (the
  *       receiver fences it), then every message not yet acked (seq in [acked_, next_seq_))
- *       is posted again on it, bound to the same CTS entries. Completed sends never need
- *       replay: a send completes only on the receiver's ack (invariant 3).
+ *       is posted again on it, bound to the same CTS entries, except messages seen held
+ *       (an RDMA path's record acknowledged): completed sends never need replay, a send
+ *       completes only once the receiver holds it (invariant 3).
  *   Standby --error | silence (no heartbeat for stall_timeout)--> Dead (no traffic moves).
  *   Dead --rebuild accepted by the peer--> Standby (attempts back off from
  *       rebuild_backoff_min to _max, without limit); with no slot alive it becomes Active at
- *       once (generation += 1, replay).
+ *       once (generation += 1, a notice naming the last path lost, which the receiver
+ *       fences if it has not yet, and replay).
  *   Failback: a rebuilt primary that stayed alive for failback_hold while the backup is
  *       Active: new messages wait (draining_) until the backup is idle, so no write of the
  *       old generation can land later, then the primary becomes Active with generation += 1
@@ -149,15 +151,20 @@ private:
     /// Completes every message below the newest ack; returns the time it used.
     void complete_acked_locked(uint64_t now) noexcept;
     void post_locked(uint64_t seq) noexcept;
-    uint64_t unacked_bytes_locked() const noexcept;
+    /// Messages neither acknowledged nor seen held, and their bytes: what a switch replays
+    /// and what a path left behind had in flight.
+    struct Outstanding {
+        uint64_t msgs = 0, bytes = 0;
+    };
+    Outstanding outstanding_locked() const noexcept;
     void receiver_closed_locked() noexcept;
 
     // failover.cc
     void watchdogs_locked(uint64_t now) noexcept;
     void failover_locked(int dead, const std::string &cause) noexcept;
-    /// Makes `slot` Active: generation += 1, a notice naming `abandoned` (-1: none), replay of
-    /// everything not acked. Returns the number of replayed bytes.
-    uint64_t switch_to_locked(int slot, int abandoned) noexcept;
+    /// Makes `slot` Active: generation += 1, a notice naming `abandoned` (-1: none) and that
+    /// path's id, replay of everything neither acked nor held. Returns what it replays.
+    Outstanding switch_to_locked(int slot, int abandoned, uint64_t abandoned_id) noexcept;
     void rebuild_locked(uint64_t now) noexcept;
     void failback_locked(uint64_t now) noexcept;
     /// The failback target died while draining: post what was held back on the active path.
@@ -181,6 +188,8 @@ private:
     uint64_t drain_from_seq_ = 0; // messages from here on are held back while draining
     uint64_t backup_since_ns_ = 0;
     uint64_t no_path_since_ns_ = 0;
+    int orphan_slot_ = -1;   // the last path lost with no other left (-1: none) ...
+    uint64_t orphan_id_ = 0; // ... and its id: the notice on a rebuilt path names it
     bool peer_closed_ = false;
 
     // Messages: ring slot seq % kMaxInflight.

@@ -527,7 +527,7 @@ void TcpRecvPath::goodbye()
     flush_back(&ignored);
 }
 
-void TcpRecvPath::fence()
+void TcpRecvPath::fence(RecvSink & /*sink*/)
 {
     for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
 }

@@ -108,7 +108,9 @@ public:
     void request_failover(uint32_t failed_slot) override;
     void heartbeat() override { heartbeat_pending_ = true; }
     void goodbye() override;
-    void fence() override;
+    /// Shuts the streams: this side writes only from progress(), so nothing has landed
+    /// unreported and nothing lands after.
+    void fence(RecvSink &sink) override;
     void sabotage() override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }

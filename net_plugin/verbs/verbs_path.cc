@@ -209,12 +209,17 @@ PathEngine::PathEngine(std::unique_ptr<QpSet> qps, PathIdentity id) : qps_(std::
 
 void PathEngine::fail(PathStatus *st, int err, std::string detail, bool fatal)
 {
-    if (st->error == 0) {
-        st->error = err;
-        st->fatal = fatal;
-        st->detail = std::move(detail);
+    if (!failed_) {
+        failure_.error = err;
+        failure_.fatal = fatal;
+        failure_.detail = std::move(detail);
+        failed_ = true;
     }
-    failed_ = true;
+    if (st->error == 0) {
+        st->error = failure_.error;
+        st->fatal = failure_.fatal;
+        st->detail = failure_.detail;
+    }
 }
 
 void PathEngine::control(const Ctl &h, const uint8_t *payload, size_t n)
@@ -257,9 +262,28 @@ bool PathEngine::flush_control(PathStatus *st)
     return !failed_;
 }
 
+namespace {
+
+/// One line for a failed completion: QP, status name and number, vendor error, port, GIDs.
+std::string describe_wc(const ibv_wc &w, const QpSet &q)
+{
+    char text[512];
+    std::snprintf(text, sizeof(text),
+                  "qp 0x%x status %s (%d) vendor err 0x%x on dev %s port %d, local gid %s, remote gid %s",
+                  w.qp_num, verbs::wc_status_name(w.status), static_cast<int>(w.status), w.vendor_err,
+                  q.port().hca->name().c_str(), q.port().port, q.gid_text(true).c_str(),
+                  q.gid_text(false).c_str());
+    return text;
+}
+
+} // namespace
+
 template <class On> bool PathEngine::poll(PathStatus *st, On &&on)
 {
-    if (failed_) return false;
+    if (failed_) {
+        fail(st, 0, {}, false); // reports the first failure again
+        return false;
+    }
     ibv_wc wc[32];
     for (;;) {
         const int n = qps_->cq().poll(32, wc);
@@ -267,46 +291,73 @@ template <class On> bool PathEngine::poll(PathStatus *st, On &&on)
             fail(st, n, std::string("polling the CQ failed: ") + strerror(-n), false);
             return false;
         }
+        // Every completion polled is handled: a success after a failure in the same batch is
+        // still a message that landed (another QP of the path), or a record the peer holds.
+        bool stop = false;
         for (int k = 0; k < n; ++k) {
             const ibv_wc &w = wc[k];
-            int qi = 0;
-            while (qi < qps_->nqps() && qps_->qp(qi).num() != w.qp_num) ++qi;
             if (w.status != IBV_WC_SUCCESS) {
-                const verbs::WcClass cls = verbs::classify_wc_status(w.status);
-                char text[512];
-                std::snprintf(text, sizeof(text),
-                              "qp 0x%x status %s (%d) vendor err 0x%x on dev %s port %d, local gid %s, "
-                              "remote gid %s",
-                              w.qp_num, verbs::wc_status_name(w.status), static_cast<int>(w.status),
-                              w.vendor_err, qps_->port().hca->name().c_str(), qps_->port().port,
-                              qps_->gid_text(true).c_str(), qps_->gid_text(false).c_str());
-                const bool fatal = cls == verbs::WcClass::Protection;
-                fail(st, fatal ? -EACCES : -ECONNRESET, text, fatal);
-                return false;
-            }
-            const uint64_t kind = wr_kind(w.wr_id);
-            if (kind == kCtlSend) {
-                const uint64_t slot = wr_value(w.wr_id);
-                if (slot < kCtlSlots && ctl_busy_[slot]) {
-                    ctl_busy_[slot] = false;
-                    --ctl_in_flight_;
-                    --sq_used(0);
+                if (!failed_) {
+                    const bool fatal = verbs::classify_wc_status(w.status) == verbs::WcClass::Protection;
+                    fail(st, fatal ? -EACCES : -ECONNRESET, describe_wc(w, *qps_), fatal);
                 }
-                st->heard = true; // the peer's HCA acknowledged it
                 continue;
             }
-            st->heard = true;
-            if (!on(w, qi)) return false;
-            if (kind == kRecv) {
-                const uint64_t v = wr_value(w.wr_id);
-                if (int rc = qps_->repost(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff)); rc != 0) {
-                    fail(st, rc, std::string("reposting a receive failed: ") + strerror(-rc), false);
-                    return false;
-                }
-            }
+            if (!dispatch(w, st, on)) stop = true;
         }
+        if (failed_ || stop) return false;
         if (n < 32) return true;
     }
+}
+
+template <class On> void PathEngine::drain(On &&on)
+{
+    ibv_wc wc[32];
+    for (;;) {
+        const int n = qps_->cq().poll(32, wc);
+        if (n <= 0) return;
+        for (int k = 0; k < n; ++k) {
+            const ibv_wc &w = wc[k];
+            PathStatus later; // a failure shows in the next poll()
+            if (w.status != IBV_WC_SUCCESS) {
+                // After to_error() every outstanding work request completes flushed.
+                if (!failed_ && !qps_->dead()) {
+                    const bool fatal = verbs::classify_wc_status(w.status) == verbs::WcClass::Protection;
+                    fail(&later, fatal ? -EACCES : -ECONNRESET, describe_wc(w, *qps_), fatal);
+                }
+                continue;
+            }
+            (void)dispatch(w, &later, on);
+        }
+        if (n < 32) return;
+    }
+}
+
+template <class On> bool PathEngine::dispatch(const ibv_wc &w, PathStatus *st, On &&on)
+{
+    int qi = 0;
+    while (qi < qps_->nqps() && qps_->qp(qi).num() != w.qp_num) ++qi;
+    const uint64_t kind = wr_kind(w.wr_id);
+    if (kind == kCtlSend) {
+        const uint64_t slot = wr_value(w.wr_id);
+        if (slot < kCtlSlots && ctl_busy_[slot]) {
+            ctl_busy_[slot] = false;
+            --ctl_in_flight_;
+            --sq_used(0);
+        }
+        st->heard = true; // the peer's HCA acknowledged it
+        return true;
+    }
+    st->heard = true;
+    const bool ok = on(w, qi);
+    if (kind == kRecv && !qps_->dead()) {
+        const uint64_t v = wr_value(w.wr_id);
+        if (int rc = qps_->repost(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff)); rc != 0) {
+            fail(st, rc, std::string("reposting a receive failed: ") + strerror(-rc), false);
+            return false;
+        }
+    }
+    return ok;
 }
 
 // ---- send -----------------------------------------------------------------------------------
@@ -347,8 +398,8 @@ uint64_t VerbsSendPath::oldest_referenced() const
 {
     if (in_flight_n_ == 0) return ~0ull;
     uint64_t oldest = ~0ull;
-    for (size_t i = 0; i < kMaxInflight; ++i)
-        if (in_flight_[i]) oldest = std::min(oldest, flight_seq_[i]);
+    for (const Flight &f : flight_)
+        if (f.on) oldest = std::min(oldest, f.seq);
     return oldest;
 }
 
@@ -432,11 +483,22 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         return false;
     }
     eng_.sq_used(qi) += wrs;
-    const size_t i = m.seq % kMaxInflight;
-    in_flight_[i] = true;
-    flight_seq_[i] = m.seq;
+    flight_[m.seq % kMaxInflight] = Flight{m.seq, static_cast<uint8_t>(qi), static_cast<uint8_t>(wrs), true};
     ++in_flight_n_;
     return true;
+}
+
+void VerbsSendPath::on_record_done(uint64_t seq, SendSink &sink)
+{
+    Flight &f = flight_[seq % kMaxInflight];
+    if (f.on && f.seq == seq) {
+        // The record was the last work request of the message on its QP and the only
+        // signaled one: its completion retires the unsignaled payload writes before it.
+        f.on = false;
+        --in_flight_n_;
+        eng_.sq_used(f.qp) -= f.wrs;
+    }
+    sink.held(seq); // RC: the receiver's memory holds payload and record
 }
 
 void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendSink &sink, PathStatus *st)
@@ -499,21 +561,10 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
         eng_.fail(&st, bad_, bad_why_, true);
         return st;
     }
-    auto on = [&](const ibv_wc &w, int qi) {
+    auto on = [&](const ibv_wc &w, int) {
         const uint64_t kind = PathEngine::wr_kind(w.wr_id);
         if (kind == PathEngine::kRecord) {
-            const uint64_t seq = PathEngine::wr_value(w.wr_id);
-            const size_t i = seq % kMaxInflight;
-            if (in_flight_[i] && flight_seq_[i] == seq) {
-                in_flight_[i] = false;
-                --in_flight_n_;
-                // The record follows the payload on one QP: its completion covers both.
-                uint32_t &used = eng_.sq_used(qi);
-                used = used > 1 ? used - 1 : 0;
-                // The payload writes of this message (unsignaled) completed with it.
-                // (WR accounting: payload chunks were counted at post.)
-            }
-            sink.held(seq); // RC: the receiver's memory holds payload and record
+            on_record_done(PathEngine::wr_value(w.wr_id), sink);
             return true;
         }
         if (kind == PathEngine::kRecv) {
@@ -534,10 +585,6 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
         return true;
     };
     if (!eng_.poll(&st, on)) return st;
-    // Every completion of a message retires its payload WRs too; recount from what is in
-    // flight so the budget is exact whatever completed.
-    if (in_flight_n_ == 0)
-        for (int qi = 0; qi < eng_.qps().nqps(); ++qi) eng_.sq_used(qi) = qi == 0 ? eng_.sq_used(0) : 0;
     if (!awaiting_holding_) {
         while (!queue_.empty()) {
             int err = 0;
@@ -611,10 +658,29 @@ void VerbsRecvPath::goodbye()
     eng_.control(h);
 }
 
-void VerbsRecvPath::fence()
+void VerbsRecvPath::drain(RecvSink &sink)
 {
-    // No write of this path lands after this: its QPs drop whatever still arrives.
+    eng_.drain([&](const ibv_wc &w, int) {
+        if (PathEngine::wr_kind(w.wr_id) != PathEngine::kRecv) return true;
+        if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+            PathStatus later; // a bad record fails the path: the next progress() says so
+            on_record(ntohl(w.imm_data), sink, &later);
+            return true;
+        }
+        // A control message may need a reply: it waits for progress(), in order.
+        const uint64_t v = PathEngine::wr_value(w.wr_id);
+        const uint8_t *m = eng_.qps().recv_slot(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff));
+        deferred_ctl_.emplace_back(m, m + std::min<uint32_t>(w.byte_len, kCtlBytes));
+        return true;
+    });
+}
+
+void VerbsRecvPath::fence(RecvSink &sink)
+{
+    // No write of this path lands after this: its QPs drop whatever still arrives. What
+    // landed before is in the CQ: it counts.
     eng_.qps().to_error();
+    drain(sink);
 }
 
 void VerbsRecvPath::sabotage()
@@ -629,24 +695,56 @@ void VerbsRecvPath::on_record(uint32_t imm, RecvSink &sink, PathStatus *st)
         eng_.fail(st, -EPROTO, std::string("message record from the sender: ") + bad, true);
         return;
     }
-    const Placement p = sink.locate(rec.gen, rec.seq, rec.tag, rec.size, rec.entry);
-    if (p.kind == Placement::kError) {
-        eng_.fail(st, p.error,
+    // The payload writes came before the record on its QP: the whole message is in place.
+    if (int rc = sink.whole(rec.gen, rec.seq, rec.tag, rec.size, rec.entry); rc != 0)
+        eng_.fail(st, rc,
                   "message seq " + std::to_string(rec.seq) + " tag " + std::to_string(rec.tag) + " size " +
                       std::to_string(rec.size) + " for buffer " + std::to_string(rec.entry) +
-                      (p.error == -EMSGSIZE ? " larger than the posted receive buffer"
-                                            : " matches no advertised receive"),
+                      (rc == -EMSGSIZE ? " larger than the posted receive buffer"
+                                       : " matches no advertised receive"),
                   true);
+}
+
+void VerbsRecvPath::on_control(const uint8_t *m, size_t len, RecvSink &sink, PathStatus *st)
+{
+    Ctl h;
+    if (const char *bad = h.decode(m, len)) {
+        eng_.fail(st, -EPROTO, std::string("control message from the sender: ") + bad, true);
         return;
     }
-    if (p.kind == Placement::kDiscard) return; // a replay of what is complete, or stale
-    if (int rc = sink.landed(rec.seq, rec.size, rec.gen); rc != 0)
-        eng_.fail(st, rc, "message seq " + std::to_string(rec.seq) + " landed twice", true);
+    switch (h.kind) {
+    case Ctl::kNotice: {
+        const Holding hold = sink.generation(h.gen, h.a, static_cast<int>(h.count) - 1, h.b);
+        std::array<uint8_t, Ctl::kBitmapBytes> bits{};
+        for (size_t i = 0; i < hold.complete.size(); ++i) put_le(bits.data() + 8 * i, hold.complete[i], 8);
+        Ctl a;
+        a.kind = Ctl::kHolding;
+        a.gen = h.gen;
+        a.a = hold.floor;
+        eng_.control(a, bits.data(), bits.size());
+        return;
+    }
+    case Ctl::kProbe:
+        return;
+    case Ctl::kGoodbye:
+        goodbye_seen_ = true;
+        return;
+    default:
+        eng_.fail(st, -EPROTO, "unexpected control message from the sender", true);
+        return;
+    }
 }
 
 PathStatus VerbsRecvPath::progress(RecvSink &sink)
 {
     PathStatus st;
+    // What drain() met first, in the order it arrived.
+    while (!deferred_ctl_.empty() && !eng_.failed()) {
+        const std::vector<uint8_t> m = std::move(deferred_ctl_.front());
+        deferred_ctl_.pop_front();
+        st.heard = true;
+        on_control(m.data(), m.size(), sink, &st);
+    }
     auto on = [&](const ibv_wc &w, int) {
         if (PathEngine::wr_kind(w.wr_id) != PathEngine::kRecv) return true;
         if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -654,33 +752,9 @@ PathStatus VerbsRecvPath::progress(RecvSink &sink)
             return !eng_.failed();
         }
         const uint64_t v = PathEngine::wr_value(w.wr_id);
-        const uint8_t *m = eng_.qps().recv_slot(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff));
-        Ctl h;
-        if (const char *bad = h.decode(m, w.byte_len)) {
-            eng_.fail(&st, -EPROTO, std::string("control message from the sender: ") + bad, true);
-            return false;
-        }
-        switch (h.kind) {
-        case Ctl::kNotice: {
-            const Holding hold = sink.generation(h.gen, h.a, static_cast<int>(h.count) - 1, h.b);
-            std::array<uint8_t, Ctl::kBitmapBytes> bits{};
-            for (size_t i = 0; i < hold.complete.size(); ++i) put_le(bits.data() + 8 * i, hold.complete[i], 8);
-            Ctl a;
-            a.kind = Ctl::kHolding;
-            a.gen = h.gen;
-            a.a = hold.floor;
-            eng_.control(a, bits.data(), bits.size());
-            return true;
-        }
-        case Ctl::kProbe:
-            return true;
-        case Ctl::kGoodbye:
-            goodbye_seen_ = true;
-            return true;
-        default:
-            eng_.fail(&st, -EPROTO, "unexpected control message from the sender", true);
-            return false;
-        }
+        on_control(eng_.qps().recv_slot(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff)),
+                   w.byte_len, sink, &st);
+        return !eng_.failed();
     };
     if (!eng_.poll(&st, on)) return st;
     if (!eng_.flush_control(&st)) return st;

@@ -105,6 +105,8 @@ public:
     int connect(const PathEnd &remote, std::string *why);
     /// Every QP to the error state (outstanding work completes with flush errors). Idempotent.
     void to_error();
+    /// True after to_error().
+    bool dead() const { return dead_; }
 
     int nqps() const { return static_cast<int>(qps_.size()); }
     const verbs::Qp &qp(int i) const { return qps_[static_cast<size_t>(i)]; }
@@ -146,16 +148,25 @@ public:
     PathEngine(std::unique_ptr<QpSet> qps, PathIdentity id);
     /// Queues a control message (header + payload); sent when a send slot is free. Never blocks.
     void control(const Ctl &h, const uint8_t *payload = nullptr, size_t n = 0);
-    /// Polls up to the CQ's completions, calling `on` for each successful one; the first
-    /// failed one fills *st (error, fatal by class) and ends the call. Returns false when
-    /// the path failed now or before.
+    /// Polls the CQ, calling `on(wc, qp index)` for each successful completion (it returns
+    /// false to stop: the path failed). A failed completion fills *st (error, fatal by
+    /// class) with one line naming QP, status, vendor error and both GIDs; the successful
+    /// completions polled with it are still handed to `on`, then the call ends. Receive
+    /// slots are posted again after `on`. Returns false when the path failed now or before.
     template <class On> bool poll(PathStatus *st, On &&on);
+    /// Hands every successful completion still in the CQ to `on`, whatever happened to the
+    /// path; failed ones are dropped after to_error() (the flush), else they fail the path
+    /// as poll() would. Reports nothing: a failure shows in the next poll(). Receives are
+    /// posted again only while the QPs live.
+    template <class On> void drain(On &&on);
     /// Posts queued control messages while send slots are free. False after filling *st
     /// when posting failed.
     bool flush_control(PathStatus *st);
     QpSet &qps() { return *qps_; }
     const PathIdentity &identity() const { return id_; }
     bool failed() const { return failed_; }
+    /// The path failed: the first failure is kept, copied into *st (unless it holds one),
+    /// and reported again by every later poll().
     void fail(PathStatus *st, int err, std::string detail, bool fatal);
     /// The QP this path's next message goes on (round robin).
     int next_qp() { return static_cast<int>(rr_++ % static_cast<uint64_t>(qps_->nqps())); }
@@ -170,6 +181,10 @@ public:
     static uint64_t wr_value(uint64_t id) { return id & ((uint64_t{1} << 56) - 1); }
 
 private:
+    /// One successful completion: send-slot accounting for control sends, `on` for the rest,
+    /// then the receive slot posted again. False when `on` or the repost failed.
+    template <class On> bool dispatch(const ibv_wc &w, PathStatus *st, On &&on);
+
     std::unique_ptr<QpSet> qps_;
     PathIdentity id_;
     std::deque<std::vector<uint8_t>> ctl_queue_;
@@ -178,6 +193,7 @@ private:
     std::array<uint32_t, kMaxQps> sq_used_{};
     uint64_t rr_ = 0;
     bool failed_ = false;
+    PathStatus failure_; // the first failure
 };
 
 /// Sending half of a verbs path. Not thread-safe: used under the owning SendComm's lock.
@@ -204,13 +220,23 @@ private:
     /// message stays queued); sets *err on a failure.
     bool transmit(const OutMessage &m, int *err, std::string *why);
     void on_control(const Ctl &h, const uint8_t *payload, size_t len, SendSink &sink, PathStatus *st);
+    /// The record of message `seq` completed: the receiver's memory holds the message, and
+    /// its work requests have left the send queue.
+    void on_record_done(uint64_t seq, SendSink &sink);
+
+    /// A message whose record is not completed yet: its send-queue use.
+    struct Flight {
+        uint64_t seq = 0;
+        uint8_t qp = 0;
+        uint8_t wrs = 0; // payload writes + the record
+        bool on = false;
+    };
 
     PathEngine eng_;
     int qps_fd_;
     uint32_t gen_ = 1;
-    std::deque<OutMessage> queue_;   // posted, not yet on a QP
-    std::array<bool, kMaxInflight> in_flight_{}; // seq % kMaxInflight: its record not completed
-    std::array<uint64_t, kMaxInflight> flight_seq_{};
+    std::deque<OutMessage> queue_;            // posted, not yet on a QP
+    std::array<Flight, kMaxInflight> flight_{}; // slot seq % kMaxInflight
     uint32_t in_flight_n_ = 0;
     bool awaiting_holding_ = false; // after begin(): the receiver's answer comes first
     int bad_ = 0;                   // a message post() could not accept (reported by progress)
@@ -232,17 +258,22 @@ public:
     void request_failover(uint32_t failed_slot) override;
     void heartbeat() override;
     void goodbye() override;
-    void fence() override;
+    void drain(RecvSink &sink) override;
+    void fence(RecvSink &sink) override;
     void sabotage() override;
     int fd(size_t) const override { return qps_fd_; }
     size_t nfds() const override { return 1; }
 
 private:
     void on_record(uint32_t imm, RecvSink &sink, PathStatus *st);
+    /// A control message from the sender (`len` bytes at `m`).
+    void on_control(const uint8_t *m, size_t len, RecvSink &sink, PathStatus *st);
 
     PathEngine eng_;
     int qps_fd_;
     bool goodbye_seen_ = false;
+    // Control messages drain() met: handled by the next progress(), in order.
+    std::deque<std::vector<uint8_t>> deferred_ctl_;
 };
 
 } // namespace vigil::net::verbs_fabric

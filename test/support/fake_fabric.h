@@ -8,6 +8,14 @@
 // receiving end to the RecvComm. Every call is logged for the tests to check. nfds() is 0
 // everywhere, so nothing touches the progress engine; the core reads CLOCK_MONOTONIC, so
 // tests run in real time.
+//
+// A lane in RDMA mode (`rdma`) behaves like the verbs fabric instead of a byte stream: post()
+// writes the payload straight into the advertised receive buffer (an RDMA write lands at
+// once), one record per message follows on the stream and the receive half reports it whole
+// (RecvSink::whole); the send half hears each record acknowledged (SendSink::held) on its next
+// progress(), before the receiving core has polled it, as an RC ACK precedes the CQ poll.
+// drain() reports the records waiting on the streams (even while `hold` keeps progress()
+// from reading them); fence() drains, then nothing lands any more.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -133,6 +141,14 @@ struct Lane {
     std::vector<std::deque<Frame>> streams{1};
     std::vector<bool> paused{false}; // a paused stream delivers nothing
     std::deque<Back> back;
+    // -- receiver half
+    // -- RDMA mode (see the top of this file)
+    bool rdma = false;
+    std::deque<uint64_t> rc_acks; // records acknowledged, not yet reported to the sender
+    bool fenced = false;          // the receive half was fenced: writes no longer land
+    int lose_records = 0;         // the next N messages vanish on the wire (nothing lands)
+    int drains = 0;
+    int wholes = 0;               // records reported whole (any outcome)
     // -- receiver half
     int recv_error = 0;     // injected
     bool recv_error_fatal = false;
@@ -279,10 +295,22 @@ public:
     }
     void post(const vn::OutMessage &m) override
     {
-        if (m.seq != l_.expect_seq) ++l_.non_dense_posts;
+        // Dense, except that a replay over RDMA skips messages already seen held.
+        if (m.seq != l_.expect_seq && !(l_.rdma && m.seq > l_.expect_seq)) ++l_.non_dense_posts;
         l_.expect_seq = m.seq + 1;
         l_.posted.emplace_back(m.seq, l_.gen);
         l_.messages.push_back(m);
+        if (l_.rdma) {
+            if (l_.broken || l_.drop_data || l_.fenced) return; // the write never lands
+            if (l_.lose_records > 0) {
+                --l_.lose_records;
+                return;
+            }
+            if (m.size > 0) std::memcpy(reinterpret_cast<uint8_t *>(m.dest.addr), m.data, m.size);
+            write(0, chunk_of(m, 0, 0, l_.gen)); // the record: no bytes, the whole size
+            l_.rc_acks.push_back(m.seq);
+            return;
+        }
         if (l_.split) {
             l_.split(m, l_); // the test's cut: FakeSendPath::write_to() per frame
             return;
@@ -354,6 +382,11 @@ public:
                 break;
             }
         }
+        while (!l_.rc_acks.empty() && !l_.hold_acks) {
+            st.heard = true;
+            sink.held(l_.rc_acks.front());
+            l_.rc_acks.pop_front();
+        }
         return st;
     }
     int fd(size_t) const override { return -1; }
@@ -410,6 +443,15 @@ public:
                     }
                     l_.streams[i].pop_front();
                     moved = true;
+                    continue;
+                }
+                if (l_.rdma) {
+                    ++l_.wholes;
+                    const int rc = sink.whole(f.gen, f.seq, f.tag, f.size, f.entry);
+                    l_.streams[i].pop_front();
+                    moved = true;
+                    --budget;
+                    if (rc != 0) return vn::PathStatus{.error = rc, .fatal = true, .detail = "record refused"};
                     continue;
                 }
                 if (!f.located) {
@@ -481,7 +523,31 @@ public:
         l_.recv_goodbye_sent = true;
         l_.reply({Back::kGoodbye, 0, 0, 0, {}});
     }
-    void fence() override { ++l_.fences; }
+    // RDMA mode: every record waiting on the streams (control frames stay, in order).
+    void drain(vn::RecvSink &sink) override
+    {
+        ++l_.drains;
+        if (!l_.rdma) return;
+        for (auto &stream : l_.streams)
+            for (auto it = stream.begin(); it != stream.end();) {
+                if (it->kind != Frame::kData) {
+                    ++it;
+                    continue;
+                }
+                ++l_.wholes;
+                (void)sink.whole(it->gen, it->seq, it->tag, it->size, it->entry);
+                it = stream.erase(it);
+            }
+    }
+    void fence(vn::RecvSink &sink) override
+    {
+        ++l_.fences;
+        drain(sink);
+        if (l_.rdma) {
+            l_.fenced = true;
+            for (auto &stream : l_.streams) stream.clear();
+        }
+    }
     void sabotage() override
     {
         ++l_.recv_sabotaged;
@@ -504,6 +570,7 @@ struct Rebuilds {
     std::array<bool, vn::kMaxPaths> rebuildable{{true, true}}; // can_rebuild()
     std::array<bool, vn::kMaxPaths> refuse{{true, true}};      // "the port is down"
     std::array<int, vn::kMaxPaths> connecting{{0, 0}}; // calls answering "in progress" first
+    bool rdma = false; // rebuilt lanes are in RDMA mode
     // -- rebuilder log, per slot
     std::array<std::vector<uint64_t>, vn::kMaxPaths> attempts; // now_ns() of each progress()
     std::array<std::vector<uint64_t>, vn::kMaxPaths> refused;  // ... of each refused one
@@ -535,6 +602,7 @@ public:
             return 0; // in progress
         }
         Lane &l = lanes_.emplace_back();
+        l.rdma = r_.rdma;
         const int dev = 10 + slot;
         *out = std::make_unique<FakeSendPath>(l, slot, dev);
         r_.handover.push_back(std::make_unique<FakeRecvPath>(l, slot, dev));

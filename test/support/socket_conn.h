@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "handover.h"
 #include "recv_comm.h"
 #include "send_comm.h"
 #include "tcp/tcp_path.h"
@@ -100,22 +101,6 @@ private:
     Rebuilds &r_;
 };
 
-class Acceptor final : public vn::PathAcceptor
-{
-public:
-    explicit Acceptor(Rebuilds &r) : r_(r) {}
-    int poll(std::unique_ptr<vn::RecvPath> *out) override
-    {
-        if (r_.handover.empty()) return 0;
-        *out = std::move(r_.handover.front());
-        r_.handover.pop_front();
-        return 0;
-    }
-
-private:
-    Rebuilds &r_;
-};
-
 /// Both comms of one connection over socketpair paths.
 struct Conn {
     std::array<PathFds, vn::kMaxPaths> fds;
@@ -138,7 +123,7 @@ struct Conn {
         rp.devs = devs;
         if (o.rebuild) {
             sp.rebuilder = std::make_unique<Rebuilder>(fab);
-            rp.acceptor = std::make_unique<Acceptor>(fab);
+            rp.acceptor = std::make_unique<HandoverAcceptor>(fab.handover);
         }
         send = std::make_unique<vn::SendComm>(std::move(sp), devs, cfg, vn::TelemetryConfig{});
         recv = std::make_unique<vn::RecvComm>(std::move(rp), devs, cfg, vn::TelemetryConfig{});

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,6 +27,7 @@ namespace vn = vigil::net;
 
 inline constexpr uint8_t kFresh = 0xA5; // receive buffers before delivery
 inline constexpr uint8_t kSpent = 0x5A; // ... after test() reported them done (canary)
+inline constexpr uint8_t kReused = 0xC3; // send buffers after test() reported them done
 inline constexpr size_t kTail = 32;     // bytes past each buffer's capacity that nobody may write
 
 inline uint8_t pattern(uint64_t msg, uint64_t k)
@@ -48,9 +51,12 @@ class Traffic
 {
 public:
     struct Msg {
-        std::vector<uint8_t> src;
+        std::vector<uint8_t> src;  // the buffer isend() was given: kReused once done (NCCL
+                                   // may fill it again as soon as the send completes)
+        std::vector<uint8_t> sent; // what src held when it was sent
         int32_t tag = 0;
         vn::Request *req = nullptr; // null until posted
+        vn::MemRegion *mr = nullptr; // from the registrar, if any
         bool posted = false;
         bool done = false;
         int recv = -1; // the irecv expected to hold it, and its buffer
@@ -61,6 +67,7 @@ public:
         std::vector<size_t> caps;
         std::vector<int> tags;
         std::vector<int> expect; // message index per buffer
+        std::vector<vn::MemRegion *> mrs; // from the registrar (all null without one)
         vn::Request *req = nullptr;
         bool done = false;
     };
@@ -68,6 +75,7 @@ public:
     std::vector<Msg> msgs;
     std::vector<Recv> recvs;
     uint64_t null_sends = 0; // isend calls answered NULL
+    uint64_t null_recvs = 0; // irecv calls answered NULL (the plugin's window was full)
 
     // `run_limit_ms`: how long run() waits by default. With `per_tag`, sends of different
     // tags are posted independently (each tag in order, as NCCL's proxies of several GPUs
@@ -78,6 +86,19 @@ public:
         msgs.reserve(4096);
         recvs.reserve(4096);
     }
+    ~Traffic()
+    {
+        for (Msg &m : msgs) vn::MemRegion::unref(m.mr);
+        for (Recv &r : recvs)
+            for (vn::MemRegion *m : r.mrs) vn::MemRegion::unref(m);
+    }
+    Traffic(const Traffic &) = delete;
+    Traffic &operator=(const Traffic &) = delete;
+
+    /// Registers a buffer as NCCL's regMr would: (address, bytes, true for a send buffer).
+    /// Fabrics that write into remote memory (verbs) need it; others pass null handles.
+    using Registrar = std::function<vn::MemRegion *(const void *, size_t, bool)>;
+    void set_registrar(Registrar r) { reg_ = std::move(r); }
 
     // A new message: posted now if the receiver's CTS allows, else at a later poll (sends are
     // posted in order). Returns its index.
@@ -88,12 +109,16 @@ public:
         m.tag = tag;
         m.src.resize(size);
         for (size_t k = 0; k < size; ++k) m.src[k] = pattern(static_cast<uint64_t>(id), k);
+        m.sent = m.src;
+        if (reg_) m.mr = reg_(m.src.data(), m.src.size(), true);
         msgs.push_back(std::move(m));
         post_sends();
         return id;
     }
 
     // irecv of one group; expect[i] is the message (index of send()) buffer i must receive.
+    // Posted now if the plugin takes it, else at a later poll (receives are posted in order,
+    // and a NULL request means "retry", as NCCL's proxy does).
     int recv(std::vector<size_t> caps, std::vector<int> tags, std::vector<int> expect)
     {
         REQUIRE(caps.size() == tags.size());
@@ -106,20 +131,32 @@ public:
         for (size_t c : caps) r.bufs.emplace_back(c + kTail, kFresh);
         recvs.push_back(std::move(r));
         Recv &rr = recvs.back();
-        std::vector<void *> ptrs;
-        for (auto &b : rr.bufs) ptrs.push_back(b.data());
-        REQUIRE(recv_.irecv(static_cast<int>(caps.size()), ptrs.data(), rr.caps.data(),
-                            rr.tags.data(), nullptr, &rr.req) == 0);
-        REQUIRE(rr.req != nullptr);
+        for (auto &b : rr.bufs) rr.mrs.push_back(reg_ ? reg_(b.data(), b.size(), false) : nullptr);
         for (size_t i = 0; i < expect.size(); ++i) pending_bind_.push_back({expect[i], id, i});
         bind_late();
+        post_recvs();
         return id;
+    }
+    void post_recvs()
+    {
+        for (; first_unposted_recv_ < recvs.size(); ++first_unposted_recv_) {
+            Recv &r = recvs[first_unposted_recv_];
+            std::vector<void *> ptrs;
+            for (auto &b : r.bufs) ptrs.push_back(b.data());
+            REQUIRE(recv_.irecv(static_cast<int>(r.caps.size()), ptrs.data(), r.caps.data(),
+                                r.tags.data(), r.mrs.data(), &r.req) == 0);
+            if (r.req == nullptr) {
+                ++null_recvs;
+                return;
+            }
+        }
     }
 
     // Posts what can be posted, then test() of every pending request, once. All must return
     // 0 (a path is alive). Each test() of a pending request also progresses its comm.
     void poll()
     {
+        post_recvs();
         post_sends();
         poll_recvs();
         poll_sends();
@@ -130,7 +167,7 @@ public:
         for (size_t i = first_unposted_; i < msgs.size(); ++i) {
             Msg &m = msgs[i];
             if (m.posted || std::find(blocked.begin(), blocked.end(), m.tag) != blocked.end()) continue;
-            REQUIRE(send_.isend(m.src.data(), m.src.size(), m.tag, nullptr, &m.req) == 0);
+            REQUIRE(send_.isend(m.src.data(), m.src.size(), m.tag, m.mr, &m.req) == 0);
             if (m.req == nullptr) {
                 ++null_sends;
                 if (!per_tag_) break;
@@ -147,7 +184,7 @@ public:
         bind_late();
         for (size_t i = 0; i < recvs.size(); ++i) {
             Recv &r = recvs[i];
-            if (r.done) continue;
+            if (r.done || r.req == nullptr) continue;
             int d = -1;
             int sizes[vn::kMaxRecvs];
             std::fill(std::begin(sizes), std::end(sizes), -1);
@@ -175,6 +212,26 @@ public:
     }
 
     bool all_posted() const { return nposted_ == msgs.size(); }
+    // Where the traffic stands, for a failure's message.
+    std::string state() const
+    {
+        size_t sd = 0, rp = 0, rd = 0;
+        long first_open_send = -1, first_open_recv = -1;
+        for (size_t i = 0; i < msgs.size(); ++i) {
+            sd += msgs[i].done ? 1 : 0;
+            if (!msgs[i].done && first_open_send < 0) first_open_send = static_cast<long>(i);
+        }
+        for (size_t i = 0; i < recvs.size(); ++i) {
+            rp += recvs[i].req != nullptr ? 1 : 0;
+            rd += recvs[i].done ? 1 : 0;
+            if (!recvs[i].done && first_open_recv < 0) first_open_recv = static_cast<long>(i);
+        }
+        return std::to_string(msgs.size()) + " sends (" + std::to_string(nposted_) + " posted, " +
+               std::to_string(sd) + " done, oldest open " + std::to_string(first_open_send) + "), " +
+               std::to_string(recvs.size()) + " irecvs (" + std::to_string(rp) + " posted, " +
+               std::to_string(rd) + " done, oldest open " + std::to_string(first_open_recv) + "), " +
+               std::to_string(null_sends) + " NULL isends, " + std::to_string(null_recvs) + " NULL irecvs";
+    }
     bool finished() const
     {
         return all_posted() &&
@@ -189,6 +246,7 @@ public:
     {
         const uint64_t deadline = vigil::now_ns() + limit_ms * 1'000'000ull;
         while (!finished()) {
+            INFO(state());
             REQUIRE(vigil::now_ns() < deadline);
             poll();
             if (!finished()) nap();
@@ -254,10 +312,10 @@ private:
         Recv &r = recvs[i];
         for (size_t b = 0; b < r.bufs.size(); ++b) {
             const Msg &m = msgs.at(static_cast<size_t>(r.expect[b]));
-            const size_t size = m.src.size();
+            const size_t size = m.sent.size();
             INFO("irecv " << i << " buffer " << b << " <- message " << r.expect[b]);
             REQUIRE(sizes[b] == static_cast<int>(size));
-            REQUIRE(std::equal(m.src.begin(), m.src.end(), r.bufs[b].begin()));
+            REQUIRE(std::equal(m.sent.begin(), m.sent.end(), r.bufs[b].begin()));
             REQUIRE(all_equal(r.bufs[b].data() + size, r.bufs[b].size() - size, kFresh));
         }
         for (size_t b = r.bufs.size(); b < vn::kMaxRecvs; ++b) REQUIRE(sizes[b] == -1);
@@ -273,7 +331,9 @@ private:
         REQUIRE(m.recv >= 0);
         const Recv &r = recvs[static_cast<size_t>(m.recv)];
         if (!r.done) // (when done, on_recv_done checked the bytes before the canary)
-            REQUIRE(std::equal(m.src.begin(), m.src.end(), r.bufs[m.buf].begin()));
+            REQUIRE(std::equal(m.sent.begin(), m.sent.end(), r.bufs[m.buf].begin()));
+        // NCCL may reuse the buffer now: a later replay of it would carry these bytes.
+        std::fill(m.src.begin(), m.src.end(), kReused);
         m.done = true;
     }
 
@@ -281,9 +341,11 @@ private:
     vn::RecvComm &recv_;
     std::vector<Bind> pending_bind_;
     size_t first_unposted_ = 0;
+    size_t first_unposted_recv_ = 0;
     size_t nposted_ = 0;
     uint64_t run_limit_ms_;
     bool per_tag_;
+    Registrar reg_;
 };
 
 } // namespace vigil::test
