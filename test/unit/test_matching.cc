@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Receiver-driven matching, written once and run over every fabric that can run in-process:
 // the fake fabric (test/support/fake_fabric.h) and the TCP fabric's real path code over
-// socketpairs (test/support/socket_conn.h). Grouped receives whose sends interleave their
+// socketpairs (test/support/socket_conn.h) in vigil-unit; the verbs fabric's real path code
+// over the RDMA lab's rxe ports (test/support/verbs_conn.h) when built with
+// VIGIL_MATCHING_VERBS (vigil-verbs-comm, run in the lab's guest). Grouped receives whose sends interleave their
 // tags across groups (the pattern that NCCL produces when several GPUs share one connection
 // with maxRecvs > 1), sends posted before any receive, receives posted late, sends larger
 // and smaller than the posted buffer, and all of it across failover and failback.
@@ -15,9 +17,13 @@
 #include <vector>
 
 #include "abi_guard.h"
+#include "traffic.h"
+#ifdef VIGIL_MATCHING_VERBS
+#include "verbs_conn.h"
+#else
 #include "fake_fabric.h"
 #include "socket_conn.h"
-#include "traffic.h"
+#endif
 
 namespace vn = vigil::net;
 using vigil::test::Traffic;
@@ -36,6 +42,22 @@ vn::FailoverConfig quick_config()
     return c;
 }
 
+#ifdef VIGIL_MATCHING_VERBS
+// The verbs fabric's paths between the lab's rxe ports: RDMA writes into the advertised
+// buffers, so every buffer is registered. Soft-RoCE under emulation is slow: deadlines x10.
+struct VerbsFabric {
+    static constexpr const char *kName = "verbs-rxe";
+    vigil::test::rdma::Conn c;
+    VerbsFabric(const vn::FailoverConfig &cfg, bool backup, bool rebuild) : c(cfg, backup, rebuild) {}
+    vn::SendComm &send() { return *c.send; }
+    vn::RecvComm &recv() { return *c.recv; }
+    void break_path(int slot) { c.break_path(slot); }
+    void allow_rebuild(int slot, bool ok) { c.fab.refuse[static_cast<size_t>(slot)] = !ok; }
+    static Traffic::Registrar registrar() { return &vigil::test::rdma::Conn::reg; }
+    static constexpr uint64_t kSlow = 3;
+};
+#define MATCHING_FABRICS VerbsFabric
+#else
 // The fake fabric: every path is a Lane.
 struct FakeFabric {
     static constexpr const char *kName = "fake";
@@ -50,6 +72,8 @@ struct FakeFabric {
     }
     void break_path(int slot) { current(slot).break_link(); }
     void allow_rebuild(int slot, bool ok) { n.fab.refuse[static_cast<size_t>(slot)] = !ok; }
+    static Traffic::Registrar registrar() { return {}; }
+    static constexpr uint64_t kSlow = 1; // deadline multiplier
 };
 
 // The TCP fabric's paths over socketpairs: 3 streams, small chunks (many frames per message).
@@ -70,7 +94,11 @@ struct SocketFabric {
     vn::RecvComm &recv() { return *c.recv; }
     void break_path(int slot) { c.break_path(slot); }
     void allow_rebuild(int slot, bool ok) { c.fab.refuse[static_cast<size_t>(slot)] = !ok; }
+    static Traffic::Registrar registrar() { return {}; }
+    static constexpr uint64_t kSlow = 1;
 };
+#define MATCHING_FABRICS FakeFabric, SocketFabric
+#endif
 
 // A plan of grouped receives with random tags, and the sends that fill them: the k-th send
 // with tag t must land in the k-th buffer with tag t, counting buffers group by group and,
@@ -128,6 +156,7 @@ void run_plan(Traffic &t, const TaggedPlan &p, uint64_t limit_ms, std::function<
     size_t next = 0;
     const uint64_t deadline = vigil::now_ns() + limit_ms * 1'000'000ull;
     while (!t.finished() || next < p.groups.size()) {
+        INFO(t.state());
         REQUIRE(vigil::now_ns() < deadline);
         // Keep at most kMaxRequests receives outstanding, as NCCL does.
         size_t open = 0;
@@ -147,27 +176,29 @@ void run_plan(Traffic &t, const TaggedPlan &p, uint64_t limit_ms, std::function<
 } // namespace
 
 TEMPLATE_TEST_CASE("grouped receives: sends interleaving their tags across groups bind tag by tag, "
-                   "group by group", "[matching]", FakeFabric, SocketFabric)
+                   "group by group", "[matching]", MATCHING_FABRICS)
 {
     INFO("fabric " << TestType::kName);
     std::mt19937_64 rng(0x7A65);
     for (int ntags : {2, 3, 5}) {
         INFO(ntags << " tags");
         TestType fx(quick_config(), true, false);
-        Traffic t(fx.send(), fx.recv(), 10'000, /*per_tag=*/true);
+        Traffic t(fx.send(), fx.recv(), 10'000 * TestType::kSlow, /*per_tag=*/true);
+        t.set_registrar(TestType::registrar());
         TaggedPlan plan(rng, 100, ntags, 20'000);
-        run_plan(t, plan, 20'000);
+        run_plan(t, plan, 20'000 * TestType::kSlow);
         // Sends of one tag found no entry while another tag's sends completed the group.
         CHECK(t.null_sends > 0);
     }
 }
 
 TEMPLATE_TEST_CASE("the aws-ofi-nccl multi-tag pattern: two groups, tags 1,1,0,0", "[matching]",
-                   FakeFabric, SocketFabric)
+                   MATCHING_FABRICS)
 {
     INFO("fabric " << TestType::kName);
     TestType fx(quick_config(), true, false);
-    Traffic t(fx.send(), fx.recv(), 2000, /*per_tag=*/true);
+    Traffic t(fx.send(), fx.recv(), 2000 * TestType::kSlow, /*per_tag=*/true);
+    t.set_registrar(TestType::registrar());
     const int a = t.send(16384, 1), b = t.send(16384, 1), c = t.send(100, 0), d = t.send(200, 0);
     t.recv({16384, 16384}, {0, 1}, {c, a});
     t.recv({16384, 16384}, {0, 1}, {d, b});
@@ -175,13 +206,14 @@ TEMPLATE_TEST_CASE("the aws-ofi-nccl multi-tag pattern: two groups, tags 1,1,0,0
 }
 
 TEMPLATE_TEST_CASE("sends posted before any receive get NULL requests until the CTS arrives",
-                   "[matching]", FakeFabric, SocketFabric)
+                   "[matching]", MATCHING_FABRICS)
 {
     INFO("fabric " << TestType::kName);
     TestType fx(quick_config(), true, false);
-    Traffic t(fx.send(), fx.recv());
+    Traffic t(fx.send(), fx.recv(), 2000 * TestType::kSlow);
+    t.set_registrar(TestType::registrar());
     for (int i = 0; i < 4; ++i) t.send(1000 + static_cast<size_t>(i), 5);
-    t.run_for(20);
+    t.run_for(20 * TestType::kSlow);
     CHECK_FALSE(t.posted(0));
     CHECK(t.null_sends > 0);
     CHECK(fx.send().stats().null_for_cts > 0);
@@ -191,38 +223,44 @@ TEMPLATE_TEST_CASE("sends posted before any receive get NULL requests until the 
     t.run();
 }
 
-TEMPLATE_TEST_CASE("receives posted 10-50 ms after the sends", "[matching]", FakeFabric, SocketFabric)
+TEMPLATE_TEST_CASE("receives posted 10-50 ms after the sends", "[matching]", MATCHING_FABRICS)
 {
     INFO("fabric " << TestType::kName);
     TestType fx(quick_config(), true, false);
-    Traffic t(fx.send(), fx.recv());
+    Traffic t(fx.send(), fx.recv(), 2000 * TestType::kSlow);
+    t.set_registrar(TestType::registrar());
     std::mt19937_64 rng(42);
     for (int k = 0; k < 5; ++k) {
         const int first = t.next_id();
         for (int i = 0; i < 3; ++i) t.send(10'000 + rng() % 10'000, 9);
-        t.run_for(10 + rng() % 41);
+        t.run_for((10 + rng() % 41) * TestType::kSlow);
         t.recv({20'000, 20'000, 20'000}, {9, 9, 9}, {first, first + 1, first + 2});
     }
     t.run();
 }
 
 TEMPLATE_TEST_CASE("a send larger than its receive buffer is refused; nothing is written and the "
-                   "connection goes on", "[matching]", FakeFabric, SocketFabric)
+                   "connection goes on", "[matching]", MATCHING_FABRICS)
 {
     INFO("fabric " << TestType::kName);
     TestType fx(quick_config(), true, false);
     std::vector<uint8_t> big(300, 0x11), small(60, 0x22), dst(100 + 32, 0xEE);
+    const Traffic::Registrar reg = TestType::registrar();
+    auto mr = [&](std::vector<uint8_t> &v, bool send_side) {
+        return reg ? reg(v.data(), v.size(), send_side) : nullptr;
+    };
+    vn::MemRegion *dst_mr = mr(dst, false), *big_mr = mr(big, true), *small_mr = mr(small, true);
     void *data = dst.data();
     size_t cap = 100;
     int tag = 3;
     vn::Request *r = nullptr;
-    REQUIRE(fx.recv().irecv(1, &data, &cap, &tag, nullptr, &r) == 0);
+    REQUIRE(fx.recv().irecv(1, &data, &cap, &tag, &dst_mr, &r) == 0);
     REQUIRE(r != nullptr);
     // Wait for the CTS: then the oversize send is refused, not answered NULL.
     vn::Request *s = nullptr;
     int rc = 0;
-    for (int i = 0; i < 2000 && rc == 0; ++i) {
-        rc = fx.send().isend(big.data(), big.size(), tag, nullptr, &s);
+    for (uint64_t i = 0; i < 2000 * TestType::kSlow && rc == 0; ++i) {
+        rc = fx.send().isend(big.data(), big.size(), tag, big_mr, &s);
         REQUIRE(s == nullptr);
         int d = 0;
         REQUIRE(fx.recv().test(r, &d, nullptr) == 0);
@@ -231,11 +269,12 @@ TEMPLATE_TEST_CASE("a send larger than its receive buffer is refused; nothing is
     CHECK(rc == -EMSGSIZE);
     CHECK(vigil::to_nccl_result(rc) == ncclInvalidUsage);
     // Not sticky: a fitting send takes the same buffer.
-    for (int i = 0; i < 2000 && s == nullptr; ++i) REQUIRE(fx.send().isend(small.data(), small.size(), tag, nullptr, &s) == 0);
+    for (uint64_t i = 0; i < 2000 * TestType::kSlow && s == nullptr; ++i)
+        REQUIRE(fx.send().isend(small.data(), small.size(), tag, small_mr, &s) == 0);
     REQUIRE(s != nullptr);
     int sizes[vn::kMaxRecvs] = {-1};
     int d = 0, sd = 0, ssize = -1;
-    for (int i = 0; i < 20000 && !(d && sd); ++i) {
+    for (uint64_t i = 0; i < 20000 * TestType::kSlow && !(d && sd); ++i) {
         if (!d) REQUIRE(fx.recv().test(r, &d, sizes) == 0);
         if (!sd) REQUIRE(fx.send().test(s, &sd, &ssize) == 0);
         vigil::test::nap();
@@ -246,19 +285,21 @@ TEMPLATE_TEST_CASE("a send larger than its receive buffer is refused; nothing is
     CHECK(ssize == 60);
     CHECK(vigil::test::all_equal(dst.data(), 60, 0x22));
     CHECK(vigil::test::all_equal(dst.data() + 60, dst.size() - 60, 0xEE)); // never past the send
+    for (vn::MemRegion *m : {dst_mr, big_mr, small_mr}) vn::MemRegion::unref(m);
 }
 
 TEMPLATE_TEST_CASE("interleaved tags across a failover and a failback: exact, exactly once",
-                   "[matching][failover]", FakeFabric, SocketFabric)
+                   "[matching][failover]", MATCHING_FABRICS)
 {
     INFO("fabric " << TestType::kName);
     std::mt19937_64 rng(0xFA11);
     TestType fx(quick_config(), true, true);
     fx.allow_rebuild(vn::kPrimary, false);
-    Traffic t(fx.send(), fx.recv(), 20'000, /*per_tag=*/true);
+    Traffic t(fx.send(), fx.recv(), 20'000 * TestType::kSlow, /*per_tag=*/true);
+    t.set_registrar(TestType::registrar());
     TaggedPlan plan(rng, 400, 3, 30'000);
     int step = 0;
-    run_plan(t, plan, 30'000, [&] {
+    run_plan(t, plan, 30'000 * TestType::kSlow, [&] {
         ++step;
         if (step == 40) fx.break_path(vn::kPrimary);
         if (step == 120) fx.allow_rebuild(vn::kPrimary, true);
@@ -270,17 +311,18 @@ TEMPLATE_TEST_CASE("interleaved tags across a failover and a failback: exact, ex
 }
 
 TEMPLATE_TEST_CASE("random grouped traffic with paths breaking and healing all along", "[matching][failover][stress]",
-                   FakeFabric, SocketFabric)
+                   MATCHING_FABRICS)
 {
     INFO("fabric " << TestType::kName);
     std::mt19937_64 rng(0xC0FFEE);
     TestType fx(quick_config(), true, true);
     fx.allow_rebuild(vn::kPrimary, true);
     fx.allow_rebuild(vn::kBackup, true);
-    Traffic t(fx.send(), fx.recv(), 60'000, /*per_tag=*/true);
+    Traffic t(fx.send(), fx.recv(), 60'000 * TestType::kSlow, /*per_tag=*/true);
+    t.set_registrar(TestType::registrar());
     TaggedPlan plan(rng, 600, 4, 40'000);
     int step = 0;
-    run_plan(t, plan, 60'000, [&] {
+    run_plan(t, plan, 60'000 * TestType::kSlow, [&] {
         // One path at a time, as single port failures come.
         if (++step % 97 == 0 && fx.send().stats().alive_paths == vn::kMaxPaths)
             fx.break_path(static_cast<int>(rng() % vn::kMaxPaths));

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// The verbs fabric's comms on the lab's rxe ports, beyond what the shared matching cases
+// (test/unit/test_matching.cc, built into this executable too) check: messages larger than
+// one RDMA write across a failover, a remote-key error that must fail the connection at once
+// (no failover: the same write fails on any path), unregistered memory refused with a clear
+// error, and the registration cache.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "abi_guard.h"
+#include "nccl_abi/net_common.h"
+#include "traffic.h"
+#include "verbs_conn.h"
+
+namespace vn = vigil::net;
+using vigil::test::Traffic;
+using vigil::test::rdma::Conn;
+
+namespace {
+
+vn::FailoverConfig lab_config()
+{
+    vn::FailoverConfig c;
+    c.fatal_timeout_ns = 30'000'000'000ull;
+    c.stall_timeout_ns = 10'000'000'000ull;
+    c.probe_interval_ns = 20'000'000ull;
+    c.failback_hold_ns = 50'000'000ull;
+    c.rebuild_backoff_min_ns = 10'000'000ull;
+    c.rebuild_backoff_max_ns = 100'000'000ull;
+    return c;
+}
+
+// Polls both comms' requests until `done` or `limit_ms`; every test() must return 0.
+template <class Done>
+bool poll_until(Done done, uint64_t limit_ms)
+{
+    const uint64_t deadline = vigil::now_ns() + limit_ms * 1'000'000ull;
+    while (!done()) {
+        if (vigil::now_ns() > deadline) return false;
+        vigil::test::nap();
+    }
+    return true;
+}
+
+} // namespace
+
+TEST_CASE("messages of several RDMA writes each, spread over two QPs, exact across a failover and "
+          "a failback", "[comm]")
+{
+    Conn c(lab_config(), true, true);
+    c.fab.refuse = {false, false};
+    Traffic t(*c.send, *c.recv, 120'000);
+    t.set_registrar(&Conn::reg);
+    // 3 MiB and odd sizes: several writes per message (kMaxWriteBytes), records on both QPs.
+    const std::vector<size_t> sizes{3u << 20, (3u << 20) + 1, 1, 4096, (1u << 20) - 3, 0, 2u << 20};
+    for (int round = 0; round < 3; ++round)
+        for (size_t sz : sizes) {
+            const int id = t.send(sz, 7);
+            t.recv({4u << 20}, {7}, {id});
+        }
+    // Break the primary as soon as the first message is posted (Soft-RoCE may have written
+    // it already, but the sender has not seen its completion), the rest waiting behind it.
+    for (int i = 0; !t.posted(0); ++i) {
+        REQUIRE(i < 100'000);
+        t.poll_recvs();
+        t.post_sends();
+    }
+    REQUIRE_FALSE(t.finished());
+    c.break_path(vn::kPrimary);
+    t.run();
+    const auto st = c.send->stats();
+    CHECK(st.failovers >= 1);
+    // The primary comes back (rebuilt) and carries traffic again.
+    for (int i = 0; i < 3; ++i) {
+        const int id = t.send(1u << 20, 8);
+        t.recv({1u << 20}, {8}, {id});
+    }
+    t.run();
+    CHECK(c.send->stats().failbacks + c.send->stats().rebuilds >= 1);
+}
+
+TEST_CASE("a receive buffer advertised with a wrong remote key fails the connection at once, with "
+          "no failover", "[comm][access]")
+{
+    Conn c(lab_config(), true, false);
+    std::vector<uint8_t> src(64 << 10, 0x3C), dst(64 << 10, 0xEE);
+    vn::MemRegion *smr = Conn::reg(src.data(), src.size(), true);
+    // The receiver's region names keys that no MR has: the RDMA write draws a remote access
+    // error (a protection class completion), which another path would draw too.
+    auto *dmr = new vn::MemRegion;
+    dmr->base = dst.data();
+    dmr->size = dst.size();
+    dmr->type = NCCL_PTR_HOST;
+    for (size_t k = 0; k < vn::kMaxPaths; ++k) {
+        auto bogus = std::make_shared<vn::FabricMr>();
+        bogus->lkey = 0x00BAD000u + static_cast<uint32_t>(k);
+        bogus->rkey = 0x00BAD000u + static_cast<uint32_t>(k);
+        dmr->devs[k].dev = vigil::test::rdma::kTo[k];
+        dmr->devs[k].mr = bogus;
+    }
+    void *data = dst.data();
+    size_t cap = dst.size();
+    int tag = 1;
+    vn::Request *r = nullptr, *s = nullptr;
+    REQUIRE(c.recv->irecv(1, &data, &cap, &tag, &dmr, &r) == 0);
+    REQUIRE(poll_until(
+        [&] {
+            int d = 0;
+            REQUIRE(c.recv->test(r, &d, nullptr) == 0);
+            REQUIRE(c.send->isend(src.data(), src.size(), tag, smr, &s) == 0);
+            return s != nullptr;
+        },
+        20'000));
+    int rc = 0, d = 0, size = -1;
+    REQUIRE(poll_until(
+        [&] {
+            rc = c.send->test(s, &d, &size);
+            return rc != 0 || d == 1;
+        },
+        30'000));
+    CHECK(d == 0);
+    CHECK(rc == -EACCES);
+    CHECK(vigil::to_nccl_result(rc) == ncclRemoteError);
+    CHECK(c.send->stats().failovers == 0);
+    CHECK(vigil::test::all_equal(dst.data(), dst.size(), 0xEE));
+    vn::MemRegion::unref(smr);
+    vn::MemRegion::unref(dmr);
+}
+
+TEST_CASE("isend from memory not registered on the path's device is refused with a clear error",
+          "[comm][access]")
+{
+    Conn c(lab_config(), true, false);
+    std::vector<uint8_t> src(4096, 0x11), dst(4096, 0xEE);
+    vn::MemRegion *dmr = Conn::reg(dst.data(), dst.size(), false);
+    void *data = dst.data();
+    size_t cap = dst.size();
+    int tag = 2;
+    vn::Request *r = nullptr, *s = nullptr;
+    REQUIRE(c.recv->irecv(1, &data, &cap, &tag, &dmr, &r) == 0);
+    int rc = 0;
+    REQUIRE(poll_until(
+        [&] {
+            int d = 0;
+            REQUIRE(c.recv->test(r, &d, nullptr) == 0);
+            rc = c.send->isend(src.data(), src.size(), tag, nullptr, &s);
+            return rc != 0 || s != nullptr;
+        },
+        20'000));
+    // Refused at isend or at the first test: either way an error NCCL reports, never a hang
+    // and never a failover (the backup would refuse it the same way).
+    if (rc == 0) {
+        int d = 0, size = -1;
+        REQUIRE(poll_until(
+            [&] {
+                rc = c.send->test(s, &d, &size);
+                return rc != 0 || d == 1;
+            },
+            20'000));
+    }
+    CHECK(rc != 0);
+    CHECK(c.send->stats().failovers == 0);
+    CHECK(vigil::test::all_equal(dst.data(), dst.size(), 0xEE));
+    vn::MemRegion::unref(dmr);
+}
+
+TEST_CASE("registrations are cached per HCA: a buffer inside a registered one shares its MR",
+          "[comm][mr]")
+{
+    auto &f = vigil::test::rdma::lab_fabric();
+    std::vector<uint8_t> buf(1 << 20);
+    std::shared_ptr<vn::FabricMr> a, b, other;
+    REQUIRE(f.reg_mr(0, buf.data(), buf.size(), NCCL_PTR_HOST, &a) == 0);
+    REQUIRE(f.reg_mr(0, buf.data() + 4096, 8192, NCCL_PTR_HOST, &b) == 0);
+    CHECK(a.get() == b.get());
+    CHECK(a->rkey != 0);
+    REQUIRE(f.reg_mr(1, buf.data(), buf.size(), NCCL_PTR_HOST, &other) == 0); // another HCA: its own MR
+    CHECK(other.get() != a.get());
+    // A type this port cannot reach is refused.
+    std::shared_ptr<vn::FabricMr> cuda;
+    CHECK(f.reg_mr(0, buf.data(), buf.size(), NCCL_PTR_CUDA, &cuda) == -EINVAL);
+    CHECK(cuda == nullptr);
+}
