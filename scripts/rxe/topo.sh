@@ -21,7 +21,8 @@
 #   topo.sh down               remove it
 #   topo.sh status             one line per rxe port: device, netdev, state, address
 #   topo.sh port NETDEV up|down  take a port's netdev up or down (a port failure)
-#   topo.sh shape NETDEV RATE  shape a port's egress with tbf (e.g. 10mbit)
+#   topo.sh shape NETDEV RATE [LATENCY]  shape a port's egress with tbf (e.g. 10mbit); the
+#                              queue holds LATENCY (default 100ms) at RATE, beyond it drops
 #   topo.sh unshape NETDEV     remove the shaping
 #   topo.sh wait NETDEV active|down [SECONDS]  wait until rxe_NETDEV port 1 is in that state
 # Environment: VIGIL_RXE_MTU (veth MTU, default 1500, giving an RDMA MTU of 1024).
@@ -120,9 +121,9 @@ port)
     ;;
 shape)
     check_netdev "${2:-}"
-    [[ -n ${3:-} ]] || { echo "topo: shape NETDEV RATE" >&2; exit 2; }
+    [[ -n ${3:-} ]] || { echo "topo: shape NETDEV RATE [LATENCY]" >&2; exit 2; }
     # burst: at least one RoCE packet and a few ms at the rate; latency bounds the queue.
-    tc qdisc replace dev "$2" root tbf rate "$3" burst 32kbit latency 100ms
+    tc qdisc replace dev "$2" root tbf rate "$3" burst 32kbit latency "${4:-100ms}"
     ;;
 unshape)
     check_netdev "${2:-}"

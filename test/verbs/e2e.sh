@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The net plugin over the verbs fabric, end to end, in the RDMA lab's guest: vigil-netbench
+# loads libnccl-net-vigil.so as NCCL does, rank 0 on "host A" (rxe_a0, rxe_a1), rank 1 on
+# "host B" (rxe_b0, rxe_b1), validated workloads, real port faults (scripts/rxe/topo.sh).
+# Every fault case checks its fault fired (the plugin's WARN/INFO lines) and the data exact.
+#   api V          ncclNet vV (8..12): latency, bandwidth, all-reduce, multi-recv, exact
+#   local-down     rank 0's primary port down mid-run: failover, exact; back up: failback
+#   remote-down    the peer's end of that path down (host B's port): the same
+#   flap           rank 0's primary port down/up 5 times, a failback after each
+#   backup-too     primary down, then the backup too, then the primary back within the fatal
+#                  timeout: the connection resumes on the rebuilt primary, exact
+#   both-down      both ports down for good: both ranks fail with ncclRemoteError (bounded)
+#   peer-killed    rank 1 SIGKILLed: rank 0 fails with an error within the bound, no hang
+#   degraded       every port shaped to 1 Mbit/s (the port, not the emulated CPU, sets the
+#                  pace), rank 0 streaming to rank 1, then rank 0's primary cut to a quarter:
+#                  `vigil dump` flags rank 0's send primary path on rxe_a0:1, no other path
+# Exit 77 outside the lab (no root, no VIGIL_RXE_TOPO, or no rxe_a0..b1 devices).
+set -euo pipefail
+CASE=${1:?case}
+TOPO=${VIGIL_RXE_TOPO:-}
+skip() { echo "SKIP: $*" >&2; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "needs root"
+[[ -n $TOPO && -x $TOPO ]] || skip "VIGIL_RXE_TOPO does not name the lab's topo.sh (run scripts/rxe/run-suite.sh)"
+for d in rxe_a0 rxe_a1 rxe_b0 rxe_b1; do
+    [[ -e /sys/class/infiniband/$d ]] || skip "no $d here (run scripts/rxe/run-suite.sh)"
+done
+: "${NETBENCH_BIN:?}" "${NETBENCH_PLUGIN:?}"
+TMP=$(mktemp -d /tmp/vigil-verbs-e2e.XXXXXX)
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    for p in a0 a1 b0 b1; do "$TOPO" unshape "$p"; "$TOPO" port "$p" up; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+fail() {
+    echo "FAIL: $*" >&2
+    local f
+    for f in "$TMP"/run*; do [[ -f $f ]] && { echo "--- $f" >&2; tail -n 25 "$f" >&2; }; done
+    exit 1
+}
+
+export NCCL_DEBUG=INFO VIGIL_FABRIC=verbs
+# rxe treats 7 retries as infinite; 14 -> 67 ms per try: a dead peer shows within a second.
+export VIGIL_IB_RETRY_CNT=5 VIGIL_IB_TIMEOUT=14
+export VIGIL_FAILBACK_HOLD_MS=${VIGIL_FAILBACK_HOLD_MS:-300}
+export VIGIL_FATAL_TIMEOUT_MS=${VIGIL_FATAL_TIMEOUT_MS:-20000}
+HCA=("=rxe_a0,rxe_a1" "=rxe_b0,rxe_b1")
+
+# start ARGS...: both ranks in the background (rank 1 first); OUT names this run's files.
+RUN=0
+start() {
+    RUN=$((RUN + 1))
+    OUT=$TMP/run$RUN
+    local r
+    PIDS=()
+    for r in 1 0; do
+        VIGIL_IB_HCA=${HCA[r]} "$NETBENCH_BIN" --plugin "$NETBENCH_PLUGIN" --rank "$r" --nranks 2 \
+            --rendezvous "unix:$TMP/rdv.$RUN" --timeout 600 "$@" >"$OUT.out$r" 2>"$OUT.err$r" &
+        PIDS[r]=$!
+    done
+}
+json() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
+finish_ok() {
+    local r rc=0
+    for r in 0 1; do wait "${PIDS[r]}" || { echo "rank $r exited $?" >&2; rc=1; }; done
+    PIDS=()
+    ((rc == 0)) || fail "a rank failed"
+    # Rank 0 prints the summary; a rank exits 0 only when it saw no error.
+    [[ $(json "$OUT.out0" ok) == True && $(json "$OUT.out0" errors) == 0 ]] || fail "the run is not ok"
+}
+# stop_ok: ends a --loop run (a stop vote, every rank stops after the same iteration) and
+# checks both ranks' summaries: ok, no error, every result exact.
+stop_ok() {
+    kill -USR1 "${PIDS[0]}"
+    finish_ok
+    (($(json "$OUT.out0" bytes) > 0)) || fail "nothing moved"
+}
+# count PATTERN [RANK]: lines matching PATTERN in the rank's log (both ranks' by default).
+count() {
+    local files=("$OUT".err${2:-[01]})
+    cat "${files[@]}" 2>/dev/null | grep -c -- "$1" || true
+}
+# wait_for PATTERN SECONDS [RANK]: until a rank logged PATTERN.
+wait_for() {
+    local deadline=$((SECONDS + $2))
+    until (($(count "$1" "${3:-*}") > 0)); do
+        ((SECONDS < deadline)) || fail "never saw \"$1\""
+        sleep 0.1
+    done
+}
+port() { "$TOPO" port "$1" "$2"; [[ $2 == up ]] && "$TOPO" wait "$1" active 20; return 0; }
+
+case $CASE in
+api)
+    v=${2:?version}
+    for w in "latency --bytes 8 --iters 100" "bandwidth --min-bytes 4K --max-bytes 256K --factor 4 --iters 5" \
+        "allreduce --bytes 2M --iters 2" "multirecv --iters 10"; do
+        # shellcheck disable=SC2086
+        start --api-version "$v" --check --workload $w
+        finish_ok
+        [[ $(json "$OUT.out0" api_version) == "$v" ]] || fail "ran ncclNet v$(json "$OUT.out0" api_version), not v$v"
+        grep -q "fabric verbs" "$OUT.err0" || fail "the plugin did not use the verbs fabric"
+        echo "v$v ${w%% *}: ok, $(json "$OUT.out0" bytes) bytes"
+    done
+    ;;
+local-down | remote-down)
+    [[ $CASE == local-down ]] && p=a0 || p=b0
+    start --workload allreduce --bytes 1M --loop
+    wait_for "accepted primary" 60 0
+    sleep 2
+    port "$p" down
+    wait_for "failover: primary dev rxe_a0:1" 30 0
+    sleep 1
+    port "$p" up
+    wait_for "failback to primary dev rxe_a0:1" 60 0
+    sleep 1
+    stop_ok
+    grep "failover: primary dev rxe_a0:1" "$OUT.err0" | head -1
+    grep "first replayed message acknowledged" "$OUT.err0" | head -1 || true
+    ;;
+flap)
+    start --workload allreduce --bytes 1M --loop
+    wait_for "accepted primary" 60 0
+    sleep 2
+    for i in 1 2 3 4 5; do
+        port a0 down
+        deadline=$((SECONDS + 30))
+        until (($(count "failover: primary dev rxe_a0:1" 0) >= i)); do
+            ((SECONDS < deadline)) || fail "flap $i: no failover"
+            sleep 0.1
+        done
+        port a0 up
+        deadline=$((SECONDS + 60))
+        until (($(count "failback to primary dev rxe_a0:1" 0) >= i)); do
+            ((SECONDS < deadline)) || fail "flap $i: no failback"
+            sleep 0.1
+        done
+    done
+    stop_ok
+    echo "rank 0: $(count "failover: primary" 0) failovers, $(count "failback to primary" 0) failbacks"
+    ;;
+backup-too)
+    start --workload allreduce --bytes 1M --loop
+    wait_for "accepted primary" 60 0
+    sleep 2
+    port a0 down
+    wait_for "failover: primary dev rxe_a0:1" 30 0
+    sleep 1
+    port a1 down
+    wait_for "no path left" 30 0
+    sleep 1
+    port a0 up # within VIGIL_FATAL_TIMEOUT_MS: the rebuilt primary takes the connection
+    wait_for "connection resumed on primary dev rxe_a0:1" 60 0
+    port a1 up
+    sleep 3
+    stop_ok
+    ;;
+both-down)
+    export VIGIL_FATAL_TIMEOUT_MS=4000
+    start --workload allreduce --bytes 1M --loop
+    wait_for "accepted primary" 60 0
+    sleep 2
+    port a0 down
+    port a1 down
+    t0=$SECONDS
+    rc=0; for r in 0 1; do wait "${PIDS[r]}" && rc=1; done
+    PIDS=()
+    took=$((SECONDS - t0))
+    echo "both ports down: both ranks failed after ${took}s (VIGIL_FATAL_TIMEOUT_MS=$VIGIL_FATAL_TIMEOUT_MS)"
+    ((rc == 0)) || fail "a rank finished ok with no path left"
+    ((took <= 4 + 20)) || fail "the error came after ${took}s"
+    (($(count "no path") >= 1)) || fail "no 'no path' WARN"
+    grep -q "ncclResult 6" "$OUT".out* "$OUT".err* || fail "no ncclRemoteError reached the caller"
+    ;;
+peer-killed)
+    export VIGIL_FATAL_TIMEOUT_MS=4000
+    start --workload allreduce --bytes 1M --loop
+    wait_for "accepted primary" 60 0
+    sleep 2
+    kill -KILL "${PIDS[1]}"
+    wait "${PIDS[1]}" || true
+    t0=$SECONDS
+    if wait "${PIDS[0]}"; then fail "rank 0 finished ok although its peer died"; fi
+    PIDS=()
+    took=$((SECONDS - t0))
+    echo "peer killed: rank 0 failed after ${took}s"
+    ((took <= 4 + 20)) || fail "the error came after ${took}s"
+    ;;
+degraded)
+    # Slow ports and long windows: the emulated CPU must never set the pace, and each
+    # judged span (6 x 500 ms) must hold several completions of whole RDMA messages.
+    export VIGIL_WINDOW_US=500000 VIGIL_DEGRADE_WINDOWS=6 VIGIL_DEGRADE_PCT=50
+    # Deep tbf queues that never drop (rxe 6.1 answers some retransmissions of a multi-packet
+    # write with an invalid-request NAK, which Vigil must treat as fatal), and a QP timeout
+    # (8.6 s per try) longer than the queueing delay of what is in flight.
+    export VIGIL_IB_TIMEOUT=21
+    : "${VIGIL_BIN:?}"
+    for p in a0 a1 b0 b1; do "$TOPO" shape "$p" 1mbit 10s; done
+    # One direction (rank 0 -> rank 1), as long as the case needs; stopped by signal.
+    start --workload bandwidth --bytes 16K --window 8 --iters 20000 --check
+    wait_for "accepted primary" 60 0
+    pid0=${PIDS[0]} pid1=${PIDS[1]}
+    sleep 20
+    flagged() {
+        "$VIGIL_BIN" dump --windows 0 | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["type"] == "path" and r["degraded"] and r["state"] != "unused" and r["pid"] in (int(sys.argv[1]), int(sys.argv[2])):
+        print(r["pid"], r["kind"], r["slot"], r["device"])' "$pid0" "$pid1"
+    }
+    before=$(flagged)
+    [[ -z $before ]] || fail "flagged before any degradation: $before"
+    (($(count "path degraded") == 0)) || fail "a degraded WARN before any degradation"
+    "$TOPO" shape a0 250kbit 10s
+    deadline=$((SECONDS + 60))
+    until [[ -n $(flagged) ]]; do
+        ((SECONDS < deadline)) || fail "nothing flagged after cutting a0 to a quarter"
+        sleep 0.5
+    done
+    sleep 1
+    got=$(flagged)
+    kill -TERM "$pid0" "$pid1"
+    wait "$pid0" "$pid1" || true
+    PIDS=()
+    echo "flagged: $got"
+    [[ $got == "$pid0 send primary rxe_a0:1" ]] ||
+        fail "expected exactly rank 0's send primary path on rxe_a0:1 ($pid0), got '$got'"
+    grep -q "path degraded: send primary dev rxe_a0:1" "$OUT.err0" || fail "no WARN for the degraded path"
+    ;;
+*) fail "unknown case $CASE" ;;
+esac
+echo "verbs e2e $CASE: ok"
