@@ -755,3 +755,42 @@ TEST_CASE("a notice that lags behind a rebuild does not fence the slot's new pat
     t.run();
     n.check_posting();
 }
+
+TEST_CASE("regression: a sender waiting for a CTS fails once no path is left for fatal_timeout",
+          "[failover]")
+{
+    // The receiving process dies after acking everything it was sent. NCCL's proxy keeps
+    // calling isend for its next message, which waits for a CTS that will never come. The
+    // fatal timer only ran with data in flight (acked_ < next_seq_), so isend answered NULL
+    // forever: a hang, where invariant 5 wants an error within the bound. Found by the soak
+    // (scripts/soak.sh --seed 3): in a 3-rank ring, the rank sending to a SIGKILLed peer.
+    // Expected: isend keeps answering NULL within the bound, then -ECONNRESET.
+    constexpr uint64_t kFatalMs = 120;
+    Net n(config(kFatalMs));
+    Traffic t(*n.send, *n.recv);
+    t.recv({100}, {1}, {0});
+    t.send(100, 1);
+    t.run(); // acked: nothing in flight
+    REQUIRE(t.send_done(0));
+    uint8_t b = 0;
+    Request *r = nullptr;
+    REQUIRE(n.send->isend(&b, 1, 1, nullptr, &r) == 0); // no CTS: NULL, the caller retries
+    REQUIRE(r == nullptr);
+    n.lane[0].silence();
+    n.lane[1].silence();
+    const uint64_t t0 = vigil::now_ns();
+    n.send->fail_path(kPrimary, "injected", false);
+    n.send->fail_path(kBackup, "injected", false);
+    int rc = 0;
+    uint64_t at = 0;
+    const uint64_t deadline = t0 + (kFatalMs + 2000) * kMs;
+    while (rc == 0 && vigil::now_ns() < deadline) {
+        r = nullptr;
+        rc = n.send->isend(&b, 1, 1, nullptr, &r);
+        at = vigil::now_ns();
+        REQUIRE(r == nullptr);
+        if (rc == 0) nap();
+    }
+    CHECK(rc == -ECONNRESET);
+    CHECK(at - t0 >= kFatalMs * kMs);
+}
