@@ -177,7 +177,7 @@ void SendComm::watchdogs_locked(uint64_t now) noexcept
     bool any = false;
     for (const PathSlot &s : paths_) any = any || s.alive();
     if (any) no_path_since_ns_ = 0;
-    else if (no_path_since_ns_ != 0 && acked_ < next_seq_ &&
+    else if (no_path_since_ns_ != 0 && (acked_ < next_seq_ || cts_wanted_) &&
              since(now, no_path_since_ns_) > cfg_.fatal_timeout_ns)
         fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
                                      std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");

@@ -127,6 +127,7 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
     if (r.state.load(std::memory_order_acquire) != Request::kFree) return 0; // not tested yet
     if (cts_head_ == cts_next_) {
         ++stats_.null_for_cts;
+        cts_wanted_ = true;
         return 0; // the receiver has not posted a receive for it yet
     }
     const CtsGroup &grp = cts_[cts_head_ % kMaxCtsGroups];
@@ -137,6 +138,7 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
         // Tags select a buffer only within the oldest group (NCCL's net plugin contract): this
         // send belongs after the sends that complete it.
         ++stats_.null_for_cts;
+        cts_wanted_ = true;
         return 0;
     }
     const CtsEntry &dest = grp.entries[static_cast<size_t>(e)];
@@ -148,6 +150,7 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
         return -EMSGSIZE;
     }
     head_bound_[static_cast<size_t>(e)] = true;
+    cts_wanted_ = false;
     SendMsg &m = msgs_[i];
     m.data = static_cast<const uint8_t *>(data);
     m.mr = mr;

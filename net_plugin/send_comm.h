@@ -39,8 +39,11 @@ namespace vigil::net {
  *       Active: new messages wait (draining_) until the backup is idle, so no write of the
  *       old generation can land later, then the primary becomes Active with generation += 1
  *       (notice with no slot to fence) and replays what is not acked; the backup is Standby.
- *   No slot alive: requests keep reporting "not done" until fatal_timeout, then every
- *       pending and later request fails with -ECONNRESET (ncclRemoteError) and one WARN.
+ *   No slot alive: requests keep reporting "not done" (and isend NULL) until
+ *       fatal_timeout, then every pending and later request fails with -ECONNRESET
+ *       (ncclRemoteError) and one WARN. The timer runs while data is in flight or the
+ *       caller waits for a CTS (its isend was refused for want of one); an idle connection
+ *       waits for a rebuild without limit.
  *   Fatal path error (protection/access error, protocol violation): the connection fails at
  *       once; no other path can make it right.
  *   The receiver's goodbye (closeRecv): sends not yet acked fail at once with one line.
@@ -209,6 +212,9 @@ private:
     std::array<bool, kMaxRecvs> head_bound_{};
     int head_unbound_ = 0;
     int cts_error_ = 0; // a path delivered a contradicting group (reported fatal by the path)
+    // The caller's last isend was answered NULL for want of a CTS entry: it waits for the
+    // receiver, so with no path left the fatal timer runs as for data in flight.
+    bool cts_wanted_ = false;
 
     Stats stats_;
     // failover timing: detection time, and the seq whose ack proves the replay landed

@@ -27,6 +27,16 @@ void fail(PathStatus *st, int err, std::string detail, bool fatal = false)
     st->detail = std::move(detail);
 }
 
+// A receive on a data stream failed with `err`. ECONNRESET is the peer's socket closing with
+// data of ours still unread, which a process killed mid-run does as often as it ends the
+// stream: both are its end gone without a goodbye (PathStatus::peer_eof), so the receiving
+// comm fails at once when every path ends so, instead of after the fatal timeout.
+void lost_stream(PathStatus *st, int err)
+{
+    fail(st, -err, errno_detail("stream receive failed", err));
+    st->peer_eof = err == ECONNRESET;
+}
+
 } // namespace
 
 // ---- send -------------------------------------------------------------------------------
@@ -408,7 +418,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
             if (errno == EINTR) continue;
-            fail(st, -errno, errno_detail("stream receive failed", errno));
+            lost_stream(st, errno);
             return moved;
         }
         // kPayload. Ask before every write: a newer generation or a completed message turns
@@ -460,7 +470,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                 } else if (errno == EINTR) {
                     continue;
                 } else {
-                    fail(st, -errno, errno_detail("stream receive failed", errno));
+                    lost_stream(st, errno);
                     return moved;
                 }
             }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <sys/resource.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -25,6 +26,8 @@
 #include "tuner_driver.h"
 
 namespace {
+
+volatile sig_atomic_t g_stop_requested = 0; // --loop: SIGUSR1 seen, vote to stop
 
 using vigil::bench::NetPlugin;
 using vigil::bench::ProfDriver;
@@ -55,6 +58,9 @@ struct Options {
     int delay_us = 0;
     std::string tuner;    // "": off; "net": the plugin library's ncclTunerPlugin; else a name/path
     int tuner_nodes = 0;  // nNodes told to the tuner (0: one rank per node)
+    bool loop = false;    // all-reduce until the ranks agree to stop (SIGUSR1)
+    bool progress = false; // every rank prints a JSON progress line per iteration
+    bool yield = false;   // all-reduce: yield the CPU after a polling pass that moved nothing
 };
 
 [[noreturn]] void usage(int rc)
@@ -79,7 +85,7 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
   --dev D              NCCL device index to use (default 0)
   --channels C         all-reduce: C connections per ring neighbour, channel c on device
                        (dev + c) mod ndevices, slices dealt round-robin (like NCCL channels)
-  --timeout S          abort with ok:false after S seconds (default 600)
+  --timeout S          abort with ok:false after S seconds (default 600; 0: never)
   --profile net|PATH   all-reduce: drive an NCCL profiler plugin like NCCL's proxy does (a Coll
                        per iteration, ProxyOps per channel and direction, a ProxyStep per
                        request, the net plugin's events through the profiler callback);
@@ -92,9 +98,32 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
                        getCollInfo and getChunkSize like NCCL's enqueue; every rank prints its
                        decisions ("# tuner ...") and the ranks' decisions must agree
   --tuner-nodes N      nNodes given to the tuner (default: one rank per node)
+  --loop               all-reduce: iterate until the ranks agree to stop (or --iters): SIGUSR1
+                       to any rank casts its stop vote, which rides in the last element of
+                       the next iteration's all-reduce, so every rank stops after that same
+                       iteration and then closes cleanly. No rendezvous barrier between
+                       iterations: the ring alone paces the ranks, as under NCCL, so a dead
+                       peer surfaces through the plugin, never through the rendezvous
+  --yield              all-reduce: yield the CPU after a polling pass in which no request was
+                       posted or completed, as NCCL's proxy progress thread does (proxy.cc,
+                       ncclProxyProgress), so ranks sharing few cores leave the plugin's
+                       threads room to run
+  --progress           all-reduce: every rank prints, after each validated iteration, one
+                       line {"type":"progress","rank","iter","mono_s" (CLOCK_MONOTONIC, the
+                       plugin log's clock),"msgs" (completed requests),"bytes_verified",
+                       "wrong" (elements),"stall_s","stall_from_s" (this iteration),
+                       "stall_max_s","stall_max_from_s" (the run so far),"null_retries"}.
+                       A stall is the longest time the rank waited on the network with no
+                       request completing (from a ring step's start or the previous
+                       completion); *_from_s is when that wait began
 
 Prints a table on rank 0 and, last, a one-line JSON summary:
   {"ok":..,"workload":..,"ranks":..,"bytes":..,"seconds":..,"gbps":..,"errors":..,...}
+(with --progress also "iters","msgs","bytes_verified","stall_max_s", summed or maxed over
+ranks). A rank whose plugin call fails prints
+  {"ok":false,"rank":..,"error":..,"call":..,"peer":..,"channel":..,"mono_s":..,...}
+(peer and channel of the failing comm, -1 when not tied to one; with --progress also its
+counters and "stall_s", how long it had waited without progress) and exits with status 1.
 Exit status 0 only when every rank saw no error.
 )");
     std::exit(rc);
@@ -148,6 +177,9 @@ Options parse(int argc, char **argv)
         else if (a == "--delay-us") o.delay_us = std::atoi(next());
         else if (a == "--tuner") o.tuner = next();
         else if (a == "--tuner-nodes") o.tuner_nodes = std::atoi(next());
+        else if (a == "--loop") o.loop = true;
+        else if (a == "--progress") o.progress = true;
+        else if (a == "--yield") o.yield = true;
         else {
             std::fprintf(stderr, "vigil-netbench: unknown option %s\n", a.c_str());
             usage(2);
@@ -155,7 +187,7 @@ Options parse(int argc, char **argv)
     }
     if (o.rank < 0 || o.nranks < 2 || o.rank >= o.nranks || o.rendezvous.empty() ||
         o.window < 1 || o.window > 64 || o.factor < 2 || o.slice < 1 || o.channels < 1 ||
-        o.channels > 32 ||
+        o.channels > 32 || o.timeout_s < 0 || (o.loop && o.workload != "allreduce") ||
         (o.api_version != 0 && (o.api_version < 8 || o.api_version > 12)))
         usage(2);
     return o;
@@ -208,8 +240,11 @@ public:
     int run();
 
 private:
-    void die(const std::string &what);
-    void check_nccl(ncclResult_t r, const char *call);
+    // die: prints the failure JSON (with the failing call and the comm's peer rank and
+    // channel when known, -1 otherwise) and exits 1. check_nccl dies unless r succeeded.
+    [[noreturn]] void die(const std::string &what, const char *call = "", int peer = -1,
+                          int ch = -1);
+    void check_nccl(ncclResult_t r, const char *call, int peer = -1, int ch = -1);
     // try_*: one call; nullptr when the plugin answered with a NULL request (NCCL then goes on
     // testing other requests and calls again later). post_*: retry until posted, only safe
     // while fewer than NCCL_NET_MAX_REQUESTS requests are outstanding.
@@ -217,7 +252,7 @@ private:
     void *try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch = 0, void **phandles = nullptr);
     void *post_send(void *data, size_t size, void *mh);
     void *post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs);
-    bool poll(void *req, int *sizes);
+    bool poll(void *req, int *sizes, int peer = -1, int ch = -1);
     void wait(void *req, int *sizes);
     void reg(Buffer &b, size_t n);
     void dereg(Buffer &b);
@@ -245,26 +280,65 @@ private:
     double gbps_ = 0;
     double busbw_ = 0;
     double lat_p50_us_ = 0, lat_p99_us_ = 0;
+    // all-reduce progress (--progress): completed requests, validated bytes, iterations, and
+    // the longest wait on the network without a completion (waiting_since_ is 0 outside
+    // ring steps, else the start of the current wait; CLOCK_MONOTONIC seconds)
+    uint64_t msgs_ = 0;
+    uint64_t bytes_verified_ = 0;
+    int iters_done_ = 0;
+    double waiting_since_ = 0;
+    double stall_max_s_ = 0, stall_from_s_ = 0;   // the run so far
+    double stall_iter_s_ = 0, stall_iter_from_s_ = 0; // the current iteration
+    void progressed(double now);
 };
 
-void Bench::die(const std::string &what)
+void Bench::die(const std::string &what, const char *call, int peer, int ch)
 {
+    const double now = now_s();
     std::fprintf(stderr, "vigil-netbench rank %d: %s\n", o_.rank, what.c_str());
-    std::printf("{\"ok\":false,\"rank\":%d,\"workload\":\"%s\",\"error\":\"%s\"}\n", o_.rank,
-                o_.workload.c_str(), what.c_str());
+    std::string counters;
+    if (o_.progress) {
+        char buf[256];
+        std::snprintf(buf, sizeof(buf),
+                      ",\"iter\":%d,\"msgs\":%" PRIu64 ",\"bytes_verified\":%" PRIu64
+                      ",\"wrong\":%" PRIu64 ",\"stall_s\":%.6f",
+                      iters_done_, msgs_, bytes_verified_, errors_,
+                      waiting_since_ > 0 ? now - waiting_since_ : 0.0);
+        counters = buf;
+    }
+    std::printf("{\"ok\":false,\"rank\":%d,\"workload\":\"%s\",\"error\":\"%s\",\"call\":\"%s\","
+                "\"peer\":%d,\"channel\":%d,\"mono_s\":%.6f%s}\n",
+                o_.rank, o_.workload.c_str(), what.c_str(), call, peer, ch, now, counters.c_str());
     std::fflush(stdout);
     std::_Exit(1);
 }
 
-void Bench::check_nccl(ncclResult_t r, const char *call)
+void Bench::check_nccl(ncclResult_t r, const char *call, int peer, int ch)
 {
-    if (r != ncclSuccess) die(std::string(call) + " returned ncclResult " + std::to_string(r));
+    if (r != ncclSuccess)
+        die(std::string(call) + " returned ncclResult " + std::to_string(r), call, peer, ch);
+}
+
+void Bench::progressed(double now)
+{
+    ++msgs_;
+    if (waiting_since_ > 0 && now - waiting_since_ > stall_iter_s_) {
+        stall_iter_s_ = now - waiting_since_;
+        stall_iter_from_s_ = waiting_since_;
+    }
+    if (stall_iter_s_ > stall_max_s_) {
+        stall_max_s_ = stall_iter_s_;
+        stall_from_s_ = stall_iter_from_s_;
+    }
+    waiting_since_ = now;
 }
 
 void *Bench::try_send(void *data, size_t size, void *mh, int ch, void *phandle)
 {
     void *req = reinterpret_cast<void *>(0x2); // must be overwritten, like NCCL expects
-    check_nccl(net_.isend(send_comms_[static_cast<size_t>(ch)], data, size, o_.rank, mh, &req, phandle), "isend");
+    check_nccl(net_.isend(send_comms_[static_cast<size_t>(ch)], data, size, o_.rank, mh, &req,
+                          phandle),
+               "isend", (o_.rank + 1) % o_.nranks, ch);
     if (req == reinterpret_cast<void *>(0x2)) die("isend left *request unwritten");
     if (req == nullptr) ++null_retries_;
     return req;
@@ -273,7 +347,9 @@ void *Bench::try_send(void *data, size_t size, void *mh, int ch, void *phandle)
 void *Bench::try_recv(int n, void **data, size_t *sizes, int *tags, void **mhs, int ch, void **phandles)
 {
     void *req = nullptr;
-    check_nccl(net_.irecv(recv_comms_[static_cast<size_t>(ch)], n, data, sizes, tags, mhs, &req, phandles), "irecv");
+    check_nccl(net_.irecv(recv_comms_[static_cast<size_t>(ch)], n, data, sizes, tags, mhs, &req,
+                          phandles),
+               "irecv", (o_.rank + o_.nranks - 1) % o_.nranks, ch);
     if (req == reinterpret_cast<void *>(0x1)) die("irecv left the 0x1 pre-load in *request");
     if (req == nullptr) ++null_retries_;
     return req;
@@ -291,10 +367,10 @@ void *Bench::post_recv(int n, void **data, size_t *sizes, int *tags, void **mhs)
         if (void *req = try_recv(n, data, sizes, tags, mhs)) return req;
 }
 
-bool Bench::poll(void *req, int *sizes)
+bool Bench::poll(void *req, int *sizes, int peer, int ch)
 {
     int done = 0;
-    check_nccl(net_.test(req, &done, sizes), "test");
+    check_nccl(net_.test(req, &done, sizes), "test", peer, ch);
     return done != 0;
 }
 
@@ -427,12 +503,12 @@ int Bench::run()
     const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                        static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     struct Result {
-        uint64_t bytes, errors, retries;
-        double cpu_s;
-    } mine{bytes_sent_, errors_, null_retries_, cpu};
+        uint64_t bytes, errors, retries, msgs, verified;
+        double cpu_s, stall_s;
+    } mine{bytes_sent_, errors_, null_retries_, msgs_, bytes_verified_, cpu, stall_max_s_};
     std::vector<uint8_t> all;
     if (std::string e = rdv_.allgather(&mine, sizeof(mine), &all); !e.empty()) die(e);
-    Result total{0, 0, 0, 0};
+    Result total{0, 0, 0, 0, 0, 0, 0};
     for (int r = 0; r < o_.nranks; ++r) {
         Result x;
         std::memcpy(&x, all.data() + static_cast<size_t>(r) * sizeof(x), sizeof(x));
@@ -440,16 +516,25 @@ int Bench::run()
         total.errors += x.errors;
         total.retries += x.retries;
         total.cpu_s += x.cpu_s;
+        total.msgs += x.msgs;
+        total.verified += x.verified;
+        total.stall_s = std::max(total.stall_s, x.stall_s);
     }
+    char progress[192] = "";
+    if (o_.progress)
+        std::snprintf(progress, sizeof(progress),
+                      ",\"iters\":%d,\"msgs\":%" PRIu64 ",\"bytes_verified\":%" PRIu64
+                      ",\"stall_max_s\":%.6f",
+                      iters_done_, total.msgs, total.verified, total.stall_s);
     if (o_.rank == 0) {
         std::printf("{\"ok\":%s,\"workload\":\"%s\",\"plugin\":\"%s\",\"api_version\":%d,"
                     "\"ranks\":%d,\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"gbps\":%.4f,"
                     "\"busbw_gbps\":%.4f,\"lat_p50_us\":%.2f,\"lat_p99_us\":%.2f,"
                     "\"errors\":%" PRIu64 ",\"null_retries\":%" PRIu64 ",\"connect_polls\":%" PRIu64 ",\"elapsed_s\":%.3f,"
-                    "\"cpu_s\":%.3f%s}\n",
+                    "\"cpu_s\":%.3f%s%s}\n",
                     total.errors == 0 ? "true" : "false", o_.workload.c_str(), net_.name(),
                     net_.version(), o_.nranks, total.bytes, seconds_, gbps_, busbw_, lat_p50_us_,
-                    lat_p99_us_, total.errors, total.retries, polls, elapsed, total.cpu_s,
+                    lat_p99_us_, total.errors, total.retries, polls, elapsed, total.cpu_s, progress,
                     tuning_ ? (",\"tuner_api\":" + std::to_string(tuner_.version()) + ",\"tuner_agree\":" +
                                (tuner_agree ? "true" : "false"))
                                   .c_str()
@@ -598,10 +683,12 @@ void Bench::allreduce()
 {
     const size_t bytes = static_cast<size_t>(o_.bytes < 0 ? (64 << 20) : o_.bytes);
     const size_t count = bytes / sizeof(float);
-    const int iters = o_.iters < 0 ? 5 : o_.iters;
+    const int iters = o_.iters < 0 ? (o_.loop ? INT_MAX : 5) : o_.iters;
     const int n = o_.nranks, r = o_.rank;
-    const int prev = (r + n - 1) % n;
+    const int prev = (r + n - 1) % n, next = (r + 1) % n;
     auto chunk_begin = [&](int c) { return count * static_cast<size_t>(c) / static_cast<size_t>(n); };
+    if (o_.loop && count < static_cast<size_t>(n))
+        die("--loop needs --bytes of at least 4 bytes per rank");
     size_t max_chunk = 0;
     for (int c = 0; c < n; ++c) max_chunk = std::max(max_chunk, chunk_begin(c + 1) - chunk_begin(c));
     Buffer data, tmp;
@@ -634,7 +721,9 @@ void Bench::allreduce()
         size_t s_posted = 0, r_posted = 0, s_done = 0, r_done = 0;
         uint8_t *dst = reinterpret_cast<uint8_t *>(reduce ? t : rptr);
         int tag = prev;
+        waiting_since_ = now_s();
         while (s_done < ns || r_done < nr) {
+            size_t moved = 0; // requests posted or completed in this pass
             while (r_posted < nr && r_posted - r_done < static_cast<size_t>(o_.window)) {
                 void *d = dst + r_posted * slice;
                 size_t sz = std::min(slice, rbytes - r_posted * slice);
@@ -647,6 +736,7 @@ void Bench::allreduce()
                                           &rstep[r_posted]);
                 if (rreq[r_posted] == nullptr) break;
                 if (profiling_) prof_.state(rstep[r_posted], ncclProfilerProxyStepRecvWait, 0);
+                ++moved;
                 ++nstep_recv[c];
                 ++r_posted;
             }
@@ -663,6 +753,7 @@ void Bench::allreduce()
                                           data.mh_send[c], ch, sstep[s_posted]);
                 if (sreq[s_posted] == nullptr) break;
                 if (profiling_) prof_.state(sstep[s_posted], ncclProfilerProxyStepSendWait, sz);
+                ++moved;
                 ++nstep_send[c];
                 ++s_posted;
                 bytes_sent_ += sz;
@@ -670,8 +761,11 @@ void Bench::allreduce()
             for (size_t i = r_done; i < r_posted; ++i) {
                 if (rreq[i] == nullptr) continue;
                 int got = 0;
-                if (!poll(rreq[i], &got)) continue;
+                const int ch = static_cast<int>(i % recv_comms_.size());
+                if (!poll(rreq[i], &got, prev, ch)) continue;
                 rreq[i] = nullptr;
+                ++moved;
+                if (o_.progress) progressed(now_s());
                 const size_t expect = std::min(slice, rbytes - i * slice);
                 if (static_cast<size_t>(got) != expect) ++errors_;
                 if (profiling_) {
@@ -685,17 +779,28 @@ void Bench::allreduce()
                 if (profiling_) prof_.stop(rstep[i]);
             }
             while (r_done < r_posted && rreq[r_done] == nullptr) ++r_done;
-            for (size_t i = s_done; i < s_posted; ++i)
-                if (sreq[i] != nullptr && poll(sreq[i], nullptr)) {
+            for (size_t i = s_done; i < s_posted; ++i) {
+                const int ch = static_cast<int>(i % send_comms_.size());
+                if (sreq[i] != nullptr && poll(sreq[i], nullptr, next, ch)) {
                     sreq[i] = nullptr;
+                    ++moved;
+                    if (o_.progress) progressed(now_s());
                     if (profiling_) prof_.stop(sstep[i]);
                 }
+            }
             while (s_done < s_posted && sreq[s_done] == nullptr) ++s_done;
+            if (o_.yield && moved == 0) std::this_thread::yield();
         }
+        waiting_since_ = 0;
     };
     double total_time = 0;
+    // --loop: the last element carries each rank's stop vote instead of data; its sum tells
+    // every rank the same thing after the same iteration.
+    const size_t vote_at = o_.loop ? count - 1 : count;
     for (int it = 0; it < iters; ++it) {
         for (size_t i = 0; i < count; ++i) x[i] = value(r, i, it);
+        const float my_vote = g_stop_requested ? 1.0f : 0.0f;
+        if (o_.loop) x[vote_at] = my_vote;
         if (r == o_.delay_rank && o_.delay_us > 0) usleep(static_cast<useconds_t>(o_.delay_us));
         if (tuning_) { // NCCL asks the tuner at enqueue, before the collective runs
             const auto d = tuner_.collective(4 /* ncclFuncAllReduce */, count * sizeof(float),
@@ -711,7 +816,8 @@ void Bench::allreduce()
         void *coll = profiling_ ? prof_.coll(static_cast<uint64_t>(it), "AllReduce", count, "ncclFloat32",
                                              static_cast<int>(send_comms_.size()))
                                 : nullptr;
-        if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+        if (!o_.loop)
+            if (std::string e = rdv_.barrier(); !e.empty()) die(e);
         const double t0 = now_s();
         if (profiling_) {
             const int per_ch = static_cast<int>(2 * (n - 1) * ((max_chunk * sizeof(float) + slice - 1) / slice) /
@@ -739,12 +845,31 @@ void Bench::allreduce()
             prof_.stop(op_recv[c]);
         }
         uint64_t bad = 0;
-        for (size_t i = 0; i < count; ++i) {
+        for (size_t i = 0; i < vote_at; ++i) {
             float expect = 0;
             for (int k = 0; k < n; ++k) expect += value(k, i, it);
             bad += x[i] != expect;
         }
+        bool stop = false;
+        if (o_.loop) { // a sum of 0/1 votes that includes ours
+            const float v = x[vote_at];
+            const bool integral = v == static_cast<float>(static_cast<int>(v));
+            bad += !(v >= my_vote && v <= static_cast<float>(n) && integral);
+            stop = v >= 1.0f;
+        }
         errors_ += bad;
+        iters_done_ = it + 1;
+        bytes_verified_ += count * sizeof(float);
+        if (o_.progress) {
+            std::printf("{\"type\":\"progress\",\"rank\":%d,\"iter\":%d,\"mono_s\":%.6f,"
+                        "\"msgs\":%" PRIu64 ",\"bytes_verified\":%" PRIu64 ",\"wrong\":%" PRIu64
+                        ",\"stall_s\":%.6f,\"stall_from_s\":%.6f,\"stall_max_s\":%.6f,"
+                        "\"stall_max_from_s\":%.6f,\"null_retries\":%" PRIu64 "}\n",
+                        r, it, now_s(), msgs_, bytes_verified_, errors_, stall_iter_s_,
+                        stall_iter_from_s_, stall_max_s_, stall_from_s_, null_retries_);
+            std::fflush(stdout);
+        }
+        stall_iter_s_ = stall_iter_from_s_ = 0;
         if (r == 0) {
             const double algbw = static_cast<double>(count * sizeof(float)) / dt / 1e9;
             timespec ts;
@@ -754,9 +879,10 @@ void Bench::allreduce()
                         static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9);
             std::fflush(stdout);
         }
+        if (stop) break;
     }
     seconds_ = total_time;
-    gbps_ = static_cast<double>(count * sizeof(float)) * iters / total_time / 1e9;
+    gbps_ = static_cast<double>(count * sizeof(float)) * iters_done_ / total_time / 1e9;
     busbw_ = gbps_ * 2.0 * (n - 1) / n;
     dereg(data);
     dereg(tmp);
@@ -818,6 +944,10 @@ void Bench::multirecv()
 }
 
 int g_timeout_rank = -1;
+void on_stop_request(int)
+{
+    g_stop_requested = 1;
+}
 void on_alarm(int)
 {
     static const char msg[] = "{\"ok\":false,\"error\":\"timeout\"}\n";
@@ -832,6 +962,7 @@ int main(int argc, char **argv)
     Options o = parse(argc, argv);
     std::signal(SIGALRM, on_alarm);
     alarm(static_cast<unsigned>(o.timeout_s));
+    if (o.loop) std::signal(SIGUSR1, on_stop_request);
     g_timeout_rank = o.rank;
     Bench b(std::move(o));
     return b.run();

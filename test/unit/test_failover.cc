@@ -13,11 +13,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <fcntl.h>
+#include <unistd.h>
 #include <utility>
 #include <vector>
 
 #include "clock.h"
 #include "fake_fabric.h"
+#include "socket_conn.h"
 #include "traffic.h"
 
 namespace vn = vigil::net;
@@ -756,4 +759,85 @@ TEST_CASE("a notice that lags behind a rebuild does not fence the slot's new pat
     t.send(64, 1);
     t.run();
     n.check_posting();
+}
+
+TEST_CASE("regression: a sender waiting for a CTS fails once no path is left for fatal_timeout",
+          "[failover]")
+{
+    // The receiving process dies after acking everything it was sent. NCCL's proxy keeps
+    // calling isend for its next message, which waits for a CTS that will never come. The
+    // fatal timer only ran with data in flight (acked_ < next_seq_), so isend answered NULL
+    // forever: a hang, where invariant 5 wants an error within the bound. Found by the soak
+    // (scripts/soak.sh --seed 3): in a 3-rank ring, the rank sending to a SIGKILLed peer.
+    // Expected: isend keeps answering NULL within the bound, then -ECONNRESET.
+    constexpr uint64_t kFatalMs = 120;
+    Net n(config(kFatalMs));
+    Traffic t(*n.send, *n.recv);
+    t.recv({100}, {1}, {0});
+    t.send(100, 1);
+    t.run(); // acked: nothing in flight
+    REQUIRE(t.send_done(0));
+    uint8_t b = 0;
+    Request *r = nullptr;
+    REQUIRE(n.send->isend(&b, 1, 1, nullptr, &r) == 0); // no CTS: NULL, the caller retries
+    REQUIRE(r == nullptr);
+    n.lane[0].silence();
+    n.lane[1].silence();
+    const uint64_t t0 = vigil::now_ns();
+    n.send->fail_path(kPrimary, "injected", false);
+    n.send->fail_path(kBackup, "injected", false);
+    int rc = 0;
+    uint64_t at = 0;
+    const uint64_t deadline = t0 + (kFatalMs + 2000) * kMs;
+    while (rc == 0 && vigil::now_ns() < deadline) {
+        r = nullptr;
+        rc = n.send->isend(&b, 1, 1, nullptr, &r);
+        at = vigil::now_ns();
+        REQUIRE(r == nullptr);
+        if (rc == 0) nap();
+    }
+    CHECK(rc == -ECONNRESET);
+    CHECK(at - t0 >= kFatalMs * kMs);
+}
+
+TEST_CASE("regression: a sender that vanishes fails the receiver at once, whether its tcp "
+          "streams end or are reset", "[failover][tcp]")
+{
+    // A process that dies with unread data in a socket (here the receiver's CTS) makes the
+    // kernel reset the connection instead of ending it: the receiver's read fails with
+    // ECONNRESET where it would see the end of the stream. Both mean that the peer's end is
+    // gone without a goodbye, but only the end of stream counted, so a receiver waited
+    // VIGIL_FATAL_TIMEOUT_MS on reset streams. Found by the soak (scripts/soak.sh --seed 3):
+    // a SIGKILLed rank's successor in the ring failed only after the fatal timeout.
+    // Expected: the pending receive fails with -ECONNRESET at once in both cases.
+    const bool unread = GENERATE(false, true);
+    INFO((unread ? "the sender dies with its CTS unread (reset)" : "the sender read everything (end)"));
+    vigil::test::sock::Conn c(config(5000), vigil::test::sock::Options{});
+    uint8_t buf[64];
+    void *data = buf;
+    size_t size = sizeof(buf);
+    int tag = 1;
+    Request *r = nullptr;
+    REQUIRE(c.recv->irecv(1, &data, &size, &tag, nullptr, &r) == 0);
+    REQUIRE(r != nullptr);
+    int done = -1;
+    REQUIRE(c.recv->test(r, &done, nullptr) == 0); // the CTS goes out on both paths
+    REQUIRE(done == 0);
+    if (!unread) {
+        Request *s = nullptr;
+        uint8_t b = 0;
+        REQUIRE(c.send->isend(&b, 1, 2, nullptr, &s) == 0); // reads the CTS; tag 2 binds nothing
+        REQUIRE(s == nullptr);
+    }
+    // The process dies: the kernel closes its sockets as they are (no orderly close, no
+    // goodbye). dup2 closes each socket and leaves /dev/null for the comm's own close.
+    const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    REQUIRE(null_fd >= 0);
+    for (const auto &p : c.fds)
+        for (int fd : p.send_side) REQUIRE(dup2(null_fd, fd) == fd);
+    close(null_fd);
+    const uint64_t t0 = vigil::now_ns();
+    const Failure f = wait_error(*c.recv, r, 3000);
+    CHECK(f.rc == -ECONNRESET);
+    CHECK(f.at_ns - t0 < 1000 * kMs);
 }
