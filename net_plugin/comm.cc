@@ -90,7 +90,9 @@ void Comm::close() noexcept
 void Comm::on_ready() noexcept
 {
     std::lock_guard<std::mutex> g(mu_);
-    if (!detached_) progress_locked();
+    if (detached_) return;
+    rearm_locked();
+    progress_locked();
 }
 
 void Comm::on_tick() noexcept

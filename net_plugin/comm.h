@@ -113,6 +113,8 @@ protected:
     explicit Comm(const std::array<int, kMaxPaths> &devs) : devs_(devs) {}
     /// Progress every path; called with mu_ held.
     virtual void progress_locked() noexcept = 0;
+    /// SendPath/RecvPath::rearm() of every live path; called with mu_ held, from the engine.
+    virtual void rearm_locked() noexcept = 0;
     /// Says goodbye on every live path; called with mu_ held.
     virtual void goodbye_locked() noexcept = 0;
     virtual size_t nfds() const noexcept = 0;

@@ -390,6 +390,12 @@ void RecvComm::accept_rebuilt_locked(uint64_t now) noexcept
     VLOG_INFO(NCCL_NET, "host %s: path rebuilt by the peer: %s", host_name(), ps.desc.c_str());
 }
 
+void RecvComm::rearm_locked() noexcept
+{
+    for (PathSlot &p : paths_)
+        if (p.alive) p.path->rearm();
+}
+
 void RecvComm::goodbye_locked() noexcept
 {
     for (PathSlot &p : paths_)

@@ -307,6 +307,12 @@ void SendComm::receiver_closed_locked() noexcept
                   describe().c_str());
 }
 
+void SendComm::rearm_locked() noexcept
+{
+    for (PathSlot &sl : paths_)
+        if (sl.alive()) sl.path->rearm();
+}
+
 void SendComm::goodbye_locked() noexcept
 {
     for (PathSlot &sl : paths_)

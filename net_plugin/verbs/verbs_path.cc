@@ -189,13 +189,9 @@ int QpSet::repost(int qp, uint32_t slot)
 
 void QpSet::rearm()
 {
-    if (armed_) {
-        ibv_cq *cq = nullptr;
-        while (ch_.wait(0, &cq) > 0) {
-        }
-        armed_ = false;
-    }
-    if (!dead_ && cq_.arm() == 0) armed_ = true;
+    ibv_cq *cq = nullptr;
+    while (ch_.wait(0, &cq) > 0) armed_ = false; // each event consumes the arm
+    if (!armed_ && !dead_ && cq_.arm() == 0) armed_ = true;
 }
 
 std::string QpSet::gid_text(bool local) const
@@ -600,7 +596,6 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
         }
     }
     if (!eng_.flush_control(&st)) return st;
-    eng_.qps().rearm();
     if (!eng_.poll(&st, on)) return st;
     return st;
 }
@@ -758,7 +753,6 @@ PathStatus VerbsRecvPath::progress(RecvSink &sink)
     };
     if (!eng_.poll(&st, on)) return st;
     if (!eng_.flush_control(&st)) return st;
-    eng_.qps().rearm();
     if (!eng_.poll(&st, on)) return st;
     if (goodbye_seen_) st.peer_closed = true;
     return st;
