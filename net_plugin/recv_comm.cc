@@ -404,6 +404,7 @@ void RecvComm::goodbye_locked() noexcept
 
 void RecvComm::progress_locked() noexcept
 {
+    // One clock read per call: a caller spinning on test() calls this in a tight loop.
     const uint64_t now = now_ns();
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &p = paths_[i];
@@ -413,7 +414,7 @@ void RecvComm::progress_locked() noexcept
             p.last_beat_ns = now;
         }
         PathStatus st = p.path->progress(p.sink);
-        if (p.tm) p.tm->meter.advance(now_ns());
+        if (p.tm) p.tm->meter.advance(now);
         if (st.heard) p.last_heard_ns = now;
         if (st.error != 0 && (st.fatal || st.error == -EMSGSIZE || st.error == -EPROTO)) {
             // The peer broke the protocol: no other path can make this right.
@@ -424,11 +425,11 @@ void RecvComm::progress_locked() noexcept
             lose_path_locked(i, st.detail + " (" + strerror(-st.error) + ")", false, st.peer_eof);
         else if (st.peer_closed)
             lose_path_locked(i, "closed by the sender", true, false);
-        else if (next_post_seq_ > floor_ && since(now_ns(), p.last_heard_ns) > cfg_.stall_timeout_ns)
+        else if (next_post_seq_ > floor_ && since(now, p.last_heard_ns) > cfg_.stall_timeout_ns)
             // The sender probes quiet paths every probe interval: with receives pending,
             // silence this long means the path (or the peer) is gone.
             lose_path_locked(i, "silent: nothing heard for " +
-                                    std::to_string(since(now_ns(), p.last_heard_ns) / 1000000) +
+                                    std::to_string(since(now, p.last_heard_ns) / 1000000) +
                                     " ms with receives pending", false, false);
     }
     accept_rebuilt_locked(now);
@@ -454,7 +455,7 @@ void RecvComm::progress_locked() noexcept
     if (all_eof)
         fail_locked(-ECONNRESET, describe() + ": every path was closed without a goodbye (the "
                                               "sender's process is gone)");
-    else if (since(now_ns(), no_path_since_ns_) > cfg_.fatal_timeout_ns)
+    else if (since(now, no_path_since_ns_) > cfg_.fatal_timeout_ns)
         fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
                                      std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");
 }

@@ -321,7 +321,10 @@ void SendComm::goodbye_locked() noexcept
 
 void SendComm::progress_locked() noexcept
 {
+    // One clock read per call unless a path changed state: a caller spinning on test() calls
+    // this in a tight loop.
     const uint64_t now = now_ns();
+    bool changed = false;
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &s = paths_[i];
         if (!s.alive()) continue;
@@ -339,14 +342,18 @@ void SendComm::progress_locked() noexcept
         }
         if (st.error != 0) {
             failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
+            changed = true;
         } else if (st.peer_closed) {
             receiver_closed_locked();
+            changed = true;
         } else if (st.failover_requested && st.failed_slot < kMaxPaths &&
                    static_cast<int>(st.failed_slot) != i && paths_[st.failed_slot].alive()) {
             failover_locked(static_cast<int>(st.failed_slot), "the receiver saw its port fail");
+            changed = true;
         }
     }
-    const uint64_t later = now_ns(); // a failover above may have stamped times after `now`
+    // A failover above stamped times after `now`: the timers below must not run backwards.
+    const uint64_t later = changed ? now_ns() : now;
     complete_acked_locked(later);
     if (error_.load(std::memory_order_relaxed) != 0) return;
     for (PathSlot &sl : paths_)
