@@ -39,6 +39,10 @@ struct Request {
     std::array<uint64_t, kMaxRecvs> msg_size{};
     std::array<bool, kMaxRecvs> bound{};
     std::array<MemRegion *, kMaxRecvs> mr{}; ///< one reference each while pending
+    // flush (recv comm's iflush): the read per path slot it waits for, if any
+    bool is_flush = false;
+    std::array<bool, kMaxPaths> flush_on{};
+    std::array<uint64_t, kMaxPaths> flush_ticket{};
 };
 
 /// Failover and telemetry tuning, from the VIGIL_* table (setup.h builds it); plain values so

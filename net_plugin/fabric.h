@@ -409,10 +409,31 @@ struct SendPaths {
     std::unique_ptr<PathRebuilder> rebuilder;               ///< may be null
 };
 
+/// NCCL's iflush on one device: makes what an RDMA fabric wrote into GPU memory visible to
+/// the GPU before NCCL hands it over, by an RDMA READ of the received buffer through a QP
+/// connected to itself on the device the writes came through; the READ's completion is
+/// ordered after those writes on the PCIe path (NCCL's IB transport does the same, reference
+/// nccl-plugin-abi.md 4.1). Owned by a RecvComm; used under its lock; never blocks.
+class Flusher
+{
+public:
+    virtual ~Flusher() = default;
+    /// Starts reading a few bytes at `data`, inside `mr` (registered on this device): the
+    /// `*ticket`-th read (from 0). Reads complete in the order they started. Returns 0, or
+    /// -errno with nothing started (-EAGAIN: kMaxRequests reads are in flight).
+    virtual int start(const void *data, const FabricMr &mr, uint64_t *ticket) = 0;
+    /// Reads completed so far (every ticket below *completed). Returns 0, or -errno once the
+    /// flusher failed (its device did; the data path finds that too): no read completes after.
+    virtual int progress(uint64_t *completed) = 0;
+};
+
 /// The paths of a new receiving connection and what hands it rebuilt ones.
 struct RecvPaths {
     std::array<std::unique_ptr<RecvPath>, kMaxPaths> paths; ///< [kPrimary] always set
     std::unique_ptr<PathAcceptor> acceptor;                 ///< may be null
+    /// A flusher per slot's device, where that device can write GPU memory (GPUDirect RDMA);
+    /// null elsewhere, and then iflush has nothing to do.
+    std::array<std::unique_ptr<Flusher>, kMaxPaths> flushers;
     /// Local device of each slot as the sender planned it, also for a slot whose path is not
     /// (yet) up: a rebuilt path arrives there, so registrations must cover it. -1: none.
     std::array<int, kMaxPaths> devs{{-1, -1}};

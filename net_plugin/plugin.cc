@@ -426,13 +426,15 @@ int irecv(void *recv_comm, int n, void **data, const size_t *sizes, const int *t
     return rc;
 }
 
-int iflush(void * /*recv_comm*/, int /*n*/, void ** /*data*/, int * /*sizes*/,
-           void ** /*mhandles*/, void **request)
+int iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles, void **request)
 {
-    // Host memory only: received data is already visible; NULL tells NCCL there is nothing
-    // to wait for (transport/net.cc:1577-1579).
-    *request = nullptr;
-    return 0;
+    std::array<MemRegion *, kMaxRecvs> mrs{};
+    if (mhandles != nullptr)
+        for (int i = 0; i < n && i < kMaxRecvs; ++i) mrs[static_cast<size_t>(i)] = static_cast<MemRegion *>(mhandles[i]);
+    Request *r = nullptr;
+    const int rc = as_recv(recv_comm)->iflush(std::min(n, kMaxRecvs), data, sizes, mrs.data(), &r);
+    *request = r; // NULL: nothing to wait for (transport/net.cc treats it as done)
+    return rc;
 }
 
 int test(void *request, int *done, int *sizes)

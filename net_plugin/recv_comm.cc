@@ -9,13 +9,15 @@
 
 #include "clock.h"
 #include "log.h"
+#include "nccl_abi/net_common.h"
 #include "telemetry/writer.h"
 
 namespace vigil::net {
 
 RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
                    const FailoverConfig &cfg, const TelemetryConfig &tcfg)
-    : Comm(devs), cfg_(cfg), tcfg_(tcfg), acceptor_(std::move(paths.acceptor))
+    : Comm(devs), cfg_(cfg), tcfg_(tcfg), acceptor_(std::move(paths.acceptor)),
+      flushers_(std::move(paths.flushers))
 {
     const uint64_t now = now_ns();
     for (int i = 0; i < kMaxPaths; ++i) {
@@ -82,15 +84,10 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
         return error_.load(std::memory_order_relaxed);
     }
     if (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > kMaxInflight) return 0;
-    Request *r = nullptr;
-    for (Request &c : reqs_) {
-        if (c.state.load(std::memory_order_acquire) == Request::kFree) {
-            r = &c;
-            break;
-        }
-    }
+    Request *r = free_request();
     if (r == nullptr) return 0;
     r->is_send = false;
+    r->is_flush = false;
     r->comm = this;
     r->seq = next_post_seq_;
     r->n = n;
@@ -128,12 +125,81 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
     return 0;
 }
 
+Request *RecvComm::free_request() noexcept
+{
+    for (Request &c : reqs_)
+        if (c.state.load(std::memory_order_acquire) == Request::kFree) return &c;
+    return nullptr;
+}
+
+int RecvComm::iflush(int n, void *const *data, const int *sizes, MemRegion *const *mrs,
+                     Request **out) noexcept
+{
+    *out = nullptr;
+    // As NCCL's IB transport: one read of the last buffer that received data, where that
+    // buffer is device memory (host memory is coherent with the NIC's writes).
+    int last = -1;
+    for (int i = n - 1; i >= 0 && last < 0 && mrs != nullptr && sizes != nullptr; --i)
+        if (sizes[i] > 0 && mrs[i] != nullptr && mrs[i]->type != NCCL_PTR_HOST) last = i;
+    if (last < 0) return 0;
+    std::lock_guard<std::mutex> g(mu_);
+    if (int e = error_.load(std::memory_order_relaxed)) return e;
+    Request *r = free_request();
+    if (r == nullptr) {
+        // NCCL tests a receive before flushing it, so a request is free unless it flushes
+        // more than kMaxRequests receives at once; a NULL here would mean "done".
+        fail_locked(-ENOBUFS, describe() + ": iflush with every request in use");
+        return error_.load(std::memory_order_relaxed);
+    }
+    r->is_send = false;
+    r->is_flush = true;
+    r->n = 0;
+    r->remaining = 0;
+    r->comm = this;
+    for (int s = 0; s < kMaxPaths; ++s) {
+        const size_t k = static_cast<size_t>(s);
+        r->flush_on[k] = false;
+        const FabricMr *fmr = mrs[last]->on(devs_[k]);
+        if (!flushers_[k] || fmr == nullptr) continue;
+        if (int rc = flushers_[k]->start(data[last], *fmr, &r->flush_ticket[k]); rc != 0) {
+            VLOG_WARN("host %s: %s: iflush on dev %d failed to start (%s); the data path will see "
+                      "that device's failure", host_name(), describe().c_str(), devs_[k], strerror(-rc));
+            continue;
+        }
+        r->flush_on[k] = true;
+        ++r->remaining;
+    }
+    if (r->remaining == 0) return 0; // nothing read: nothing to wait for
+    ++flushes_pending_;
+    r->state.store(Request::kPending, std::memory_order_relaxed);
+    *out = r;
+    return 0;
+}
+
+void RecvComm::progress_flushes_locked() noexcept
+{
+    if (flushes_pending_ == 0) return;
+    std::array<uint64_t, kMaxPaths> completed{};
+    std::array<bool, kMaxPaths> failed{};
+    for (size_t k = 0; k < kMaxPaths; ++k)
+        if (flushers_[k]) failed[k] = flushers_[k]->progress(&completed[k]) != 0;
+    for (Request &r : reqs_) {
+        if (!r.is_flush || r.state.load(std::memory_order_relaxed) != Request::kPending) continue;
+        bool all = true;
+        for (size_t k = 0; k < kMaxPaths; ++k)
+            all = all && (!r.flush_on[k] || failed[k] || completed[k] > r.flush_ticket[k]);
+        if (!all) continue;
+        --flushes_pending_;
+        r.state.store(Request::kDone, std::memory_order_release);
+    }
+}
+
 void RecvComm::readvertise_locked(int i) noexcept
 {
     std::array<const Request *, kMaxRequests> open{};
     size_t n = 0;
     for (const Request &r : reqs_)
-        if (r.state.load(std::memory_order_relaxed) == Request::kPending && r.remaining > 0)
+        if (r.state.load(std::memory_order_relaxed) == Request::kPending && r.remaining > 0 && !r.is_flush)
             open[n++] = &r;
     std::sort(open.begin(), open.begin() + static_cast<long>(n),
               [](const Request *a, const Request *b) { return a->cts.index < b->cts.index; });
@@ -433,6 +499,7 @@ void RecvComm::progress_locked() noexcept
                                     " ms with receives pending", false, false);
     }
     accept_rebuilt_locked(now);
+    progress_flushes_locked();
     bool any = false, all_eof = true;
     for (const PathSlot &p : paths_) {
         if (!p.path) continue;

@@ -40,6 +40,14 @@ public:
     int irecv(int n, void *const *data, const size_t *sizes, const int *tags,
               MemRegion *const *mrs, Request **out) noexcept;
 
+    /// NCCL's iflush() of a completed receive of n buffers: when the last buffer holding data
+    /// is GPU memory written by a device that needs it (a Flusher from the fabric), an RDMA
+    /// READ of it on every such device of this comm; *out is the request to test, or NULL
+    /// when there is nothing to wait for (host memory, no GPUDirect). Returns 0, or the
+    /// connection's error. Never blocks.
+    int iflush(int n, void *const *data, const int *sizes, MemRegion *const *mrs,
+               Request **out) noexcept;
+
     /// The local port of path `slot` failed: ask the sender to leave it (through another
     /// live path) and stop using it. Thread-safe.
     void fail_path(int slot, const std::string &cause) noexcept;
@@ -107,11 +115,17 @@ private:
     /// Advertises every group not yet complete on path `i`, oldest first.
     void readvertise_locked(int i) noexcept;
     void complete_locked(Request *r) noexcept;
+    /// A free request of the pool, or nullptr.
+    Request *free_request() noexcept;
+    /// Completes the flush requests whose reads completed.
+    void progress_flushes_locked() noexcept;
 
     std::array<PathSlot, kMaxPaths> paths_;
     FailoverConfig cfg_;
     TelemetryConfig tcfg_;
     std::unique_ptr<PathAcceptor> acceptor_;
+    std::array<std::unique_ptr<Flusher>, kMaxPaths> flushers_; // per slot's device; may be null
+    int flushes_pending_ = 0;
     uint64_t next_accept_poll_ns_ = 0;
     std::array<Request, kMaxRequests> reqs_;
     std::array<MsgSlot, kMaxInflight> msgs_;

@@ -9,8 +9,10 @@
 #include <sys/socket.h>
 
 #include "clock.h"
+#include "flush.h"
 #include "log.h"
 #include "names.h"
+#include "nccl_abi/net_common.h"
 #include "verbs_fabric.h"
 
 namespace vigil::net::verbs_fabric {
@@ -394,6 +396,7 @@ int VerbsListener::accept(RecvPaths *out)
                 out->paths[kBackup] = std::move(g.paths[kBackup]);
                 out->devs = g.devs;
                 out->acceptor = std::make_unique<VerbsAcceptor>(shared_from_this(), g.conn_id);
+                add_flushers(out);
                 served_.push_back(g.conn_id);
                 g = Group{};
                 break;
@@ -404,6 +407,21 @@ int VerbsListener::accept(RecvPaths *out)
     }
     std::erase_if(groups_, [](const Group &g) { return g.conn_id == 0; });
     return 0;
+}
+
+void VerbsListener::add_flushers(RecvPaths *out)
+{
+    // Only a device that can write GPU memory (GPUDirect RDMA) needs NCCL's flush.
+    for (int s = 0; s < kMaxPaths; ++s) {
+        const int dev = out->devs[static_cast<size_t>(s)];
+        if (dev < 0 || (fabric_.devices()[static_cast<size_t>(dev)].ptr_support & NCCL_PTR_CUDA) == 0) continue;
+        std::unique_ptr<VerbsFlusher> f;
+        std::string why;
+        if (VerbsFlusher::create(fabric_.port_info(dev), fabric_.qp_config(-1), &f, &why) != 0)
+            VLOG_WARN("dev %s: no flush QP (%s): receives into GPU memory there are not flushed",
+                      fabric_.dev_name(dev).c_str(), why.c_str());
+        out->flushers[static_cast<size_t>(s)] = std::move(f);
+    }
 }
 
 bool VerbsListener::take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *out)

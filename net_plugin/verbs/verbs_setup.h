@@ -109,6 +109,8 @@ private:
     };
     void pump(uint64_t now);
     void finish(PathSetup &s, uint64_t now);
+    /// A flusher for each slot of `out` whose device writes GPU memory.
+    void add_flushers(RecvPaths *out);
 
     VerbsFabric &fabric_;
     std::mutex mu_;

@@ -23,7 +23,8 @@
 #   topo.sh port NETDEV up|down  take a port's netdev up or down (a port failure)
 #   topo.sh shape NETDEV RATE [LATENCY]  shape a port's egress with tbf (e.g. 10mbit); the
 #                              queue holds LATENCY (default 100ms) at RATE, beyond it drops
-#   topo.sh unshape NETDEV     remove the shaping
+#   topo.sh loss NETDEV PCT    drop PCT % of a port's egress packets (netem)
+#   topo.sh unshape NETDEV     remove the shaping or loss
 #   topo.sh wait NETDEV active|down [SECONDS]  wait until rxe_NETDEV port 1 is in that state
 # Environment: VIGIL_RXE_MTU (veth MTU, default 1500, giving an RDMA MTU of 1024).
 set -euo pipefail
@@ -71,6 +72,12 @@ up() {
         ip rule show | grep -q "oif $x lookup $table" || ip rule add pref 100 oif "$x" lookup "$table"
         ip rule show | grep -q "oif $y lookup $((table + 1))" ||
             ip rule add pref 100 oif "$y" lookup $((table + 1))
+        # A port's packets to its own address stay local (a QP connected to itself, as a
+        # flush QP is): without this the rule above would send them out of the veth.
+        ip rule show | grep -q "from all to $net.1 oif $x lookup local" ||
+            ip rule add pref 50 to "$net.1" oif "$x" lookup local
+        ip rule show | grep -q "from all to $net.2 oif $y lookup local" ||
+            ip rule add pref 50 to "$net.2" oif "$y" lookup local
         # Static neighbours: ARP between two local addresses would not be answered.
         ip neigh replace "$net.2" lladdr "$(cat "/sys/class/net/$y/address")" dev "$x" nud permanent
         ip neigh replace "$net.1" lladdr "$(cat "/sys/class/net/$x/address")" dev "$y" nud permanent
@@ -124,6 +131,11 @@ shape)
     [[ -n ${3:-} ]] || { echo "topo: shape NETDEV RATE [LATENCY]" >&2; exit 2; }
     # burst: at least one RoCE packet and a few ms at the rate; latency bounds the queue.
     tc qdisc replace dev "$2" root tbf rate "$3" burst 32kbit latency "${4:-100ms}"
+    ;;
+loss)
+    check_netdev "${2:-}"
+    [[ -n ${3:-} ]] || { echo "topo: loss NETDEV PCT" >&2; exit 2; }
+    tc qdisc replace dev "$2" root netem loss "$3%"
     ;;
 unshape)
     check_netdev "${2:-}"

@@ -19,6 +19,7 @@
 #include "nccl_abi/net_common.h"
 #include "recv_comm.h"
 #include "send_comm.h"
+#include "verbs/flush.h"
 #include "verbs/verbs_fabric.h"
 #include "verbs/verbs_path.h"
 
@@ -119,7 +120,9 @@ struct Conn {
     std::unique_ptr<vn::SendComm> send;
     std::unique_ptr<vn::RecvComm> recv;
 
-    Conn(const vn::FailoverConfig &cfg, bool backup, bool rebuild)
+    /// With `flush`, the receiving comm gets a flusher (a loopback QP) on each of its devices,
+    /// as the listener gives one where the port writes GPU memory.
+    Conn(const vn::FailoverConfig &cfg, bool backup, bool rebuild, bool flush = false)
     {
         vn::SendPaths sp;
         vn::RecvPaths rp;
@@ -135,6 +138,14 @@ struct Conn {
             rdev[s] = kTo[s];
         }
         rp.devs = rdev;
+        for (size_t k = 0; flush && k < vn::kMaxPaths; ++k) {
+            if (rdev[k] < 0) continue;
+            std::unique_ptr<vf::VerbsFlusher> f;
+            std::string why;
+            INFO(why);
+            REQUIRE(vf::VerbsFlusher::create(lab_fabric().port_info(rdev[k]), lab_fabric().qp_config(-1), &f, &why) == 0);
+            rp.flushers[k] = std::move(f);
+        }
         if (rebuild) {
             sp.rebuilder = std::make_unique<Rebuilder>(fab);
             rp.acceptor = std::make_unique<HandoverAcceptor>(fab.handover);
