@@ -224,6 +224,74 @@ void Registry::release(PathEntry *e, bool retire)
     e->in_use.store(retire ? 2 : 0, std::memory_order_release);
 }
 
+PortCounterEntry *Registry::port(const std::string &name)
+{
+    std::lock_guard<std::mutex> g(g_mu);
+    auto *h = static_cast<RegistryHeader *>(base_.load());
+    if (h == nullptr || name.empty()) return nullptr;
+    const uint32_t used = h->ports_used.load(std::memory_order_relaxed);
+    for (uint32_t i = 0; i < used; ++i)
+        if (name.compare(0, sizeof(h->ports[i].name) - 1, h->ports[i].name) == 0) return &h->ports[i];
+    if (used == kMaxRegistryPorts) return nullptr;
+    PortCounterEntry &e = h->ports[used];
+    copy_str(e.name, sizeof(e.name), name);
+    write_port(e, PortCounters{});
+    h->ports_used.store(used + 1, std::memory_order_release); // named and consistent first
+    return &e;
+}
+
+namespace {
+
+// The counter fields of an entry and of a value, in one order (the seqlock copies them as
+// relaxed atomics: a reader may race with the writer and retry, never read a torn value).
+template <class Entry, class Values, class F> void each_counter(Entry &e, Values &v, F f)
+{
+    f(e.sampled_ns, v.sampled_ns);
+    f(e.retransmits, v.retransmits);
+    f(e.seq_errors, v.seq_errors);
+    f(e.out_of_sequence, v.out_of_sequence);
+    f(e.duplicate_requests, v.duplicate_requests);
+    f(e.rnr_naks, v.rnr_naks);
+    f(e.retry_exceeded, v.retry_exceeded);
+    f(e.link_downed, v.link_downed);
+    f(e.tx_packets, v.tx_packets);
+    f(e.rx_packets, v.rx_packets);
+}
+
+} // namespace
+
+void write_port(PortCounterEntry &e, const PortCounters &c) noexcept
+{
+    const uint64_t s = e.seq.load(std::memory_order_relaxed);
+    e.seq.store(s + 1, std::memory_order_relaxed); // odd: changing
+    std::atomic_thread_fence(std::memory_order_release);
+    each_counter(e, c, [](auto &field, const auto &value) {
+        std::atomic_ref(field).store(value, std::memory_order_relaxed);
+    });
+    e.seq.store(s + 2, std::memory_order_release);
+}
+
+bool read_port(const PortCounterEntry &e, PortCounters *out) noexcept
+{
+    if (e.name[0] == '\0') return false;
+    for (int tries = 0; tries < 100; ++tries) {
+        const uint64_t s0 = e.seq.load(std::memory_order_acquire);
+        if (s0 & 1) continue;
+        PortCounters c;
+        // The entry may live in read-only memory (a reader's mapping): atomic_ref needs a
+        // non-const object, and a relaxed load writes nothing.
+        each_counter(const_cast<PortCounterEntry &>(e), c, [](auto &field, auto &value) {
+            value = std::atomic_ref(field).load(std::memory_order_relaxed);
+        });
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (e.seq.load(std::memory_order_relaxed) == s0) {
+            *out = c;
+            return true;
+        }
+    }
+    return false;
+}
+
 void ring_push(PathEntry &e, const WindowRecord &w) noexcept
 {
     RingHeader &r = e.ring;
@@ -320,6 +388,11 @@ int RegistryView::open(const std::string &file, std::string *why)
 uint32_t RegistryView::entries() const
 {
     return std::min(hdr_->paths_used.load(std::memory_order_acquire), hdr_->max_paths);
+}
+
+uint32_t RegistryView::ports() const
+{
+    return std::min(hdr_->ports_used.load(std::memory_order_acquire), kMaxRegistryPorts);
 }
 
 const PathEntry &RegistryView::entry(uint32_t i) const

@@ -68,6 +68,30 @@ struct PathEntry {
     WindowRecord records[kRingCapacity];
 };
 
+inline constexpr uint32_t kMaxRegistryPorts = 16; // local ports with hardware counters
+
+/// One local port's hardware counters (RDMA), as its fabric last sampled them, so that a lossy
+/// link shows before it fails: cumulative values since the port appeared, -1 where the device
+/// has no such counter (names per driver: net_plugin/verbs/hw_counters.h). Single writer (the
+/// fabric's sampler thread), seqlock: `seq` is odd while the values change; readers copy and
+/// retry (read_port()). Lives in what older builds left as header padding, so a reader of
+/// such a segment sees no ports. 112 bytes.
+struct PortCounterEntry {
+    char name[24];             ///< NCCL device name ("rxe_a0:1"); empty: unused
+    std::atomic<uint64_t> seq; ///< odd while being written
+    uint64_t sampled_ns;       ///< CLOCK_MONOTONIC of the last sample
+    int64_t retransmits;       ///< requests sent again (timeouts, NAK retries)
+    int64_t seq_errors;        ///< sequence-error NAKs received
+    int64_t out_of_sequence;   ///< packets received out of sequence
+    int64_t duplicate_requests;
+    int64_t rnr_naks;          ///< receiver-not-ready NAKs received
+    int64_t retry_exceeded;    ///< requests that exhausted their retries
+    int64_t link_downed;
+    int64_t tx_packets;
+    int64_t rx_packets;
+};
+static_assert(sizeof(PortCounterEntry) == 112, "PortCounterEntry layout is part of the registry ABI");
+
 /// Segment header (padded to 4 KiB).
 struct RegistryHeader {
     char magic[8];
@@ -83,7 +107,9 @@ struct RegistryHeader {
     uint64_t window_ns;
     char host[64];
     std::atomic<uint32_t> paths_used; ///< high-water mark of entries handed out
-    uint8_t pad[4096 - 8 - 6 * 4 - 2 * 4 - 2 * 8 - 64 - 4];
+    std::atomic<uint32_t> ports_used; ///< port entries handed out (0: none, or an older build)
+    PortCounterEntry ports[kMaxRegistryPorts];
+    uint8_t pad[4096 - 8 - 6 * 4 - 2 * 4 - 2 * 8 - 64 - 2 * 4 - kMaxRegistryPorts * sizeof(PortCounterEntry)];
 };
 static_assert(sizeof(RegistryHeader) == 4096);
 
@@ -111,6 +137,9 @@ public:
     /// writer's last drain, which frees it; otherwise it is free at once.
     void release(PathEntry *e, bool retire = false);
     std::string path() const { return path_; }
+    /// The entry of port `name` (created on first use), or nullptr (registry closed, or
+    /// kMaxRegistryPorts ports already). Thread-safe.
+    PortCounterEntry *port(const std::string &name);
     /// This process's own entries, writable (for the telemetry writer, the rings' consumer).
     uint32_t entries_used() const;
     PathEntry *entry_at(uint32_t i) const;
@@ -125,6 +154,17 @@ private:
 
 /// Pushes windows into an entry's ring. Wait-free; single producer.
 void ring_push(PathEntry &e, const WindowRecord &w) noexcept;
+
+/// A port's counters as plain values (PortCounterEntry without the name and seqlock).
+struct PortCounters {
+    uint64_t sampled_ns = 0;
+    int64_t retransmits = -1, seq_errors = -1, out_of_sequence = -1, duplicate_requests = -1,
+            rnr_naks = -1, retry_exceeded = -1, link_downed = -1, tx_packets = -1, rx_packets = -1;
+};
+/// Publishes a sample into `e` (the single writer). Wait-free.
+void write_port(PortCounterEntry &e, const PortCounters &c) noexcept;
+/// Copies `e` consistently into *out. False when it is unused or kept changing.
+bool read_port(const PortCounterEntry &e, PortCounters *out) noexcept;
 
 /// A WindowSink writing to a registry entry and logging verdict changes once.
 class RegistrySink final : public WindowSink
@@ -152,6 +192,8 @@ public:
     int open(const std::string &file, std::string *why);
     const RegistryHeader &header() const { return *hdr_; }
     uint32_t entries() const;
+    /// Port entries in use (0 for a segment of an older build).
+    uint32_t ports() const;
     const PathEntry &entry(uint32_t i) const;
     /// Copies record `index` of `e`'s ring into *out. False when it is not published yet
     /// or was (or is being) overwritten.

@@ -98,12 +98,35 @@ json window_json(const RegistryHeader &h, uint32_t i, const WindowRecord &w)
                 {"judged_Bps", w.judged_bps}, {"avg_queued_bytes", w.avg_queued_bytes}};
 }
 
+/// The counters of port entry `i` as JSON (-1: the device has no such counter).
+json port_json(const RegistryHeader &h, const PortCounterEntry &e, const PortCounters &c)
+{
+    return json{{"type", "port"},
+                {"host", std::string(h.host, strnlen(h.host, sizeof(h.host)))},
+                {"pid", h.pid},
+                {"device", std::string(e.name, strnlen(e.name, sizeof(e.name)))},
+                {"sampled_ns", c.sampled_ns},
+                {"retransmits", c.retransmits},
+                {"seq_errors", c.seq_errors},
+                {"out_of_sequence", c.out_of_sequence},
+                {"duplicate_requests", c.duplicate_requests},
+                {"rnr_naks", c.rnr_naks},
+                {"retry_exceeded", c.retry_exceeded},
+                {"link_downed", c.link_downed},
+                {"tx_packets", c.tx_packets},
+                {"rx_packets", c.rx_packets}};
+}
+
 int dump(int windows, double follow_s)
 {
     auto procs = open_all();
     std::map<std::pair<int, uint32_t>, uint64_t> next; // (pid, path) -> next ring index
     for (Process &p : procs) {
         const RegistryHeader &h = p.view->header();
+        for (uint32_t i = 0; i < p.view->ports(); ++i) {
+            PortCounters c;
+            if (read_port(h.ports[i], &c)) std::puts(port_json(h, h.ports[i], c).dump().c_str());
+        }
         for (uint32_t i = 0; i < p.view->entries(); ++i) {
             const PathEntry &e = p.view->entry(i);
             if (e.in_use.load(std::memory_order_acquire) == 0) continue;
@@ -169,6 +192,7 @@ Recent recent(const PathEntry &e, uint64_t span_ns)
 
 int top(bool once, double interval)
 {
+    std::map<std::string, PortCounters> port_prev; // "pid/port" -> the previous sample
     for (;;) {
         auto procs = open_all();
         if (!once) std::printf("\033[H\033[2J");
@@ -184,6 +208,35 @@ int top(bool once, double interval)
                             e.kind == 0 ? "send" : "recv", e.slot == 0 ? "primary" : "backup", e.dev_name,
                             e.local, e.peer, state_name(e.state.load()), e.generation.load(), r.rate / 1e6,
                             r.bw / 1e6, static_cast<double>(r.p99) / 1e3, e.degraded.load() ? "YES" : "-");
+            }
+        }
+        // Ports' hardware counters, as rates over the interval: a lossy link shows here first.
+        bool ports = false;
+        for (Process &p : procs) {
+            const RegistryHeader &h = p.view->header();
+            for (uint32_t i = 0; i < p.view->ports(); ++i) {
+                PortCounters c;
+                if (!read_port(h.ports[i], &c)) continue;
+                if (!ports) std::printf("\n%-7s %-16s %12s %12s %12s %12s %12s\n", "pid", "port", "retrans/s",
+                                        "seq_err/s", "out_of_seq/s", "retry_exc", "pkts/s");
+                ports = true;
+                const std::string key = std::to_string(h.pid) + "/" + h.ports[i].name;
+                const PortCounters prev = port_prev[key];
+                port_prev[key] = c;
+                const double dt = prev.sampled_ns != 0 && c.sampled_ns > prev.sampled_ns
+                                      ? static_cast<double>(c.sampled_ns - prev.sampled_ns) / 1e9 : 0;
+                auto rate = [&](int64_t now, int64_t before) -> std::string {
+                    if (now < 0) return "-";
+                    if (dt <= 0 || before < 0) return "...";
+                    char b[32];
+                    std::snprintf(b, sizeof(b), "%.1f", static_cast<double>(now - before) / dt);
+                    return b;
+                };
+                std::printf("%-7d %-16.16s %12s %12s %12s %12s %12s\n", h.pid, h.ports[i].name,
+                            rate(c.retransmits, prev.retransmits).c_str(), rate(c.seq_errors, prev.seq_errors).c_str(),
+                            rate(c.out_of_sequence, prev.out_of_sequence).c_str(),
+                            c.retry_exceeded < 0 ? "-" : std::to_string(c.retry_exceeded).c_str(),
+                            rate(c.tx_packets, prev.tx_packets).c_str());
             }
         }
         if (const std::string t = vigil::tool::tuner_top_text(); !t.empty()) std::printf("\n%s", t.c_str());
@@ -227,6 +280,10 @@ std::string metrics(bool extra)
         {"vigil_path_degraded", "gauge", "1 while the degraded-path detector flags the path."},
         {"vigil_path_busy_bandwidth_bytes", "gauge", "Bandwidth over busy time in the last second, bytes/s."},
         {"vigil_registry_windows_dropped_total", "counter", "Windows dropped because the ring's consumer fell behind."},
+        {"vigil_port_retransmits_total", "counter", "The port's requests sent again (its hardware counters)."},
+        {"vigil_port_seq_errors_total", "counter", "Sequence-error NAKs the port received."},
+        {"vigil_port_out_of_sequence_total", "counter", "Packets the port received out of sequence."},
+        {"vigil_port_retry_exceeded_total", "counter", "The port's requests that exhausted their retries."},
     };
     if (extra) {
         fams.push_back({"vigil_path_latency_p99_seconds", "gauge", "Worst window p99 completion latency in the last second."});
@@ -257,6 +314,23 @@ std::string metrics(bool extra)
                 put("vigil_path_generation", e.generation.load());
                 put("vigil_path_peak_inflight_bytes", static_cast<double>(r.inflight));
             }
+        }
+    }
+    for (Process &p : open_all()) {
+        const RegistryHeader &h = p.view->header();
+        for (uint32_t i = 0; i < p.view->ports(); ++i) {
+            PortCounters c;
+            if (!read_port(h.ports[i], &c)) continue;
+            const std::string labels = "{host=\"" + label_value(h.host, sizeof(h.host)) + "\",pid=\"" +
+                                       std::to_string(h.pid) + "\",device=\"" +
+                                       label_value(h.ports[i].name, sizeof(h.ports[i].name)) + "\"}";
+            auto put = [&](const char *name, int64_t v) { // -1: the device has no such counter
+                if (v >= 0) add_sample(body, name, labels, static_cast<double>(v));
+            };
+            put("vigil_port_retransmits_total", c.retransmits);
+            put("vigil_port_seq_errors_total", c.seq_errors);
+            put("vigil_port_out_of_sequence_total", c.out_of_sequence);
+            put("vigil_port_retry_exceeded_total", c.retry_exceeded);
         }
     }
     // Collectives, from the profiler's counters segments.

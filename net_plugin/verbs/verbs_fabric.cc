@@ -9,16 +9,20 @@
 
 #include "../tcp/devices.h"
 #include "../tcp/tcp_fabric.h"
+#include "clock.h"
 #include "gid.h"
+#include "hw_counters.h"
 #include "log.h"
 #include "names.h"
 #include "nccl_abi/net_common.h"
+#include "telemetry/registry.h"
 #include "verbs_setup.h"
 
 namespace vigil::net::verbs_fabric {
 
 VerbsFabric::~VerbsFabric()
 {
+    stop_events();
     // Protection domains before their devices: ibv_dealloc_pd on a closed context fails and
     // leaves the PD behind.
     hca_of_.clear();
@@ -206,12 +210,65 @@ int VerbsFabric::reg_mr_dmabuf(int dev, void *data, size_t size, int /*type*/, u
 int VerbsFabric::start_events(PortEventSink *sink)
 {
     sink_.store(sink, std::memory_order_release);
+    // The ports' hardware counters, next to the paths' windows, when telemetry is on.
+    if (telemetry::Registry::instance().is_open() && !sampler_.joinable()) {
+        sampler_stop_ = false;
+        sampler_ = std::thread([this] { sample_counters(); });
+    }
     return 0;
 }
 
 void VerbsFabric::stop_events()
 {
     sink_.store(nullptr, std::memory_order_release);
+    if (sampler_.joinable()) {
+        {
+            std::lock_guard<std::mutex> g(sampler_mu_);
+            sampler_stop_ = true;
+        }
+        sampler_cv_.notify_all();
+        sampler_.join();
+    }
+}
+
+void VerbsFabric::sample_counters()
+{
+    struct Port {
+        ib::HwCounterReader reader;
+        telemetry::PortCounterEntry *entry = nullptr;
+    };
+    std::vector<Port> ports;
+    for (size_t d = 0; d < props_.size(); ++d) {
+        Port p;
+        const ib::PortProps pp = registry_.props(static_cast<int>(d));
+        if (p.reader.open(pp.device, pp.port) != 0) {
+            VLOG_INFO(NCCL_NET, "dev %s: no hardware counters to sample", props_[d].name.c_str());
+            continue;
+        }
+        p.entry = telemetry::Registry::instance().port(props_[d].name);
+        if (p.entry != nullptr) ports.push_back(std::move(p));
+    }
+    std::unique_lock<std::mutex> lock(sampler_mu_);
+    while (!ports.empty() && !sampler_stop_) {
+        lock.unlock();
+        for (Port &p : ports) {
+            const ib::PortCounters c = p.reader.read_summary();
+            telemetry::PortCounters v;
+            v.sampled_ns = now_ns();
+            v.retransmits = c.retransmits;
+            v.seq_errors = c.seq_errors;
+            v.out_of_sequence = c.out_of_sequence;
+            v.duplicate_requests = c.duplicate_requests;
+            v.rnr_naks = c.rnr_naks;
+            v.retry_exceeded = c.retry_exceeded;
+            v.link_downed = c.link_downed;
+            v.tx_packets = c.tx_packets;
+            v.rx_packets = c.rx_packets;
+            telemetry::write_port(*p.entry, v);
+        }
+        lock.lock();
+        sampler_cv_.wait_for(lock, std::chrono::milliseconds(kCounterIntervalMs), [this] { return sampler_stop_; });
+    }
 }
 
 void VerbsFabric::on_event(const ib::PortEvent &ev)

@@ -5,9 +5,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../fabric.h"
@@ -54,9 +57,15 @@ public:
     /// The HCA of device `dev` (its PD and registration cache).
     Hca &hca(int dev) const { return *hca_of_[static_cast<size_t>(dev)]; }
 
+    /// How often the ports' hardware counters are sampled into the telemetry registry.
+    static constexpr uint64_t kCounterIntervalMs = 100;
+
 private:
     VerbsFabric() = default;
     void on_event(const ib::PortEvent &ev);
+    /// The counter sampler's thread: every kCounterIntervalMs, each port's hardware counters
+    /// into its registry entry (telemetry/registry.h: PortCounterEntry), until stop_events().
+    void sample_counters();
 
     Params params_;
     ib::PortRegistry registry_;
@@ -65,6 +74,10 @@ private:
     std::vector<std::unique_ptr<Hca>> hcas_;
     std::vector<Hca *> hca_of_;
     std::atomic<PortEventSink *> sink_{nullptr};
+    std::thread sampler_;
+    std::mutex sampler_mu_;
+    std::condition_variable sampler_cv_;
+    bool sampler_stop_ = false;
 };
 
 /// make_fabric() for VIGIL_FABRIC=verbs (and the first choice of auto).

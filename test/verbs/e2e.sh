@@ -12,6 +12,8 @@
 #                  timeout: the connection resumes on the rebuilt primary, exact
 #   both-down      both ports down for good: both ranks fail with ncclRemoteError (bounded)
 #   peer-killed    rank 1 SIGKILLed: rank 0 fails with an error within the bound, no hang
+#   counters       3 % packet loss on rank 0's primary port: its hardware counters, in the
+#                  telemetry registry (`vigil dump`), count retransmissions; the run is exact
 #   degraded       every port shaped to 1 Mbit/s (the port, not the emulated CPU, sets the
 #                  pace), rank 0 streaming to rank 1, then rank 0's primary cut to a quarter:
 #                  `vigil dump` flags rank 0's send primary path on rxe_a0:1, no other path
@@ -230,6 +232,36 @@ for line in sys.stdin:
     [[ $got == "$pid0 send primary rxe_a0:1" ]] ||
         fail "expected exactly rank 0's send primary path on rxe_a0:1 ($pid0), got '$got'"
     grep -q "path degraded: send primary dev rxe_a0:1" "$OUT.err0" || fail "no WARN for the degraded path"
+    ;;
+counters)
+    # Single-packet messages (below the 1024-byte RDMA MTU): a lost packet is retransmitted
+    # whole after the QP's timeout, which the port's hardware counters count.
+    : "${VIGIL_BIN:?}"
+    "$TOPO" loss a0 3
+    start --workload bandwidth --bytes 512 --window 8 --iters 3000 --check
+    wait_for "accepted primary" 60 0
+    pid0=${PIDS[0]}
+    best=0 ports=
+    while kill -0 "$pid0" 2>/dev/null; do
+        out=$("$VIGIL_BIN" dump --windows 0 2>/dev/null | python3 -c '
+import json, sys
+pid = int(sys.argv[1]); best = -1; ports = []
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["type"] == "port" and r["pid"] == pid:
+        ports.append(r["device"])
+        if r["device"] == "rxe_a0:1": best = r["retransmits"]
+print(best, ",".join(sorted(ports)))' "$pid0") || true
+        read -r n p <<<"$out"
+        [[ -n ${p:-} ]] && ports=$p
+        [[ ${n:--1} =~ ^[0-9]+$ ]] && ((n > best)) && best=$n
+        sleep 0.5
+    done
+    "$TOPO" unshape a0
+    finish_ok
+    echo "port rxe_a0:1 of rank 0: $best retransmissions seen in its registry; ports: $ports"
+    [[ $ports == "rxe_a0:1,rxe_a1:1" ]] || fail "expected rank 0's two ports in its registry, got '$ports'"
+    ((best > 0)) || fail "no retransmission counted on the lossy port"
     ;;
 *) fail "unknown case $CASE" ;;
 esac
