@@ -1049,15 +1049,18 @@ std::string plot_script()
 {
     std::error_code ec;
     if (const char *e = std::getenv("VIGIL_PLOT_SCRIPT"); e != nullptr && *e != '\0') return e;
-#ifdef VIGIL_SOURCE_DIR
-    const fs::path src = fs::path(VIGIL_SOURCE_DIR) / "scripts" / "vigil_plot.py";
-    if (fs::is_regular_file(src, ec)) return src.string();
-#endif
+    // An installed vigil uses the script installed with it (PREFIX/share/vigil), never the
+    // source tree it was built from, which may have moved on; a vigil in its build tree has
+    // no share/ beside it and takes the source tree's.
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
         const fs::path inst = exe.parent_path() / ".." / "share" / "vigil" / "vigil_plot.py";
         if (fs::is_regular_file(inst, ec)) return inst.string();
     }
+#ifdef VIGIL_SOURCE_DIR
+    const fs::path src = fs::path(VIGIL_SOURCE_DIR) / "scripts" / "vigil_plot.py";
+    if (fs::is_regular_file(src, ec)) return src.string();
+#endif
     return {};
 }
 
