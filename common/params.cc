@@ -58,14 +58,16 @@ std::string effective_value(const Params &p, size_t index)
 {
     size_t i = 0;
     std::string out;
+    // assign/append, not `= "1"` or `"\"" + s`: GCC 12 at -O3 reports a bogus -Wrestrict in
+    // basic_string::_M_replace for those forms (GCC bug 105329).
 #define VIGIL_PARAM_INT(member, suffix, def, lo, hi, doc)                                      \
     if (i++ == index) out = std::to_string(p.member);
 #define VIGIL_PARAM_BYTES(member, suffix, def, lo, hi, doc)                                    \
     if (i++ == index) out = std::to_string(p.member);
 #define VIGIL_PARAM_BOOL(member, suffix, def, doc)                                             \
-    if (i++ == index) out = p.member ? "1" : "0";
+    if (i++ == index) out.assign(1, p.member ? '1' : '0');
 #define VIGIL_PARAM_STR(member, suffix, def, doc)                                              \
-    if (i++ == index) out = "\"" + p.member + "\"";
+    if (i++ == index) out.assign(1, '"').append(p.member).append(1, '"');
 #include "params.def"
 #undef VIGIL_PARAM_INT
 #undef VIGIL_PARAM_BYTES
@@ -198,9 +200,12 @@ std::string params_markdown()
         std::string range = "–";
         if (s.type == ParamType::Int || s.type == ParamType::Bytes)
             range = std::to_string(s.min) + " … " + std::to_string(s.max);
-        std::string def = s.default_text.empty() ? "(empty)" : "`" + std::string(s.default_text) + "`";
-        md += "| `" + std::string(s.name) + "` | " + type_name(s.type) + " | " + def + " | " +
-              range + " | " + std::string(s.doc) + " |\n";
+        // Appends, not `"literal" + std::string`: GCC 12 at -O3 reports a bogus -Wrestrict in
+        // basic_string::_M_replace for that form (GCC bug 105329).
+        md.append("| `").append(s.name).append("` | ").append(type_name(s.type)).append(" | ");
+        if (s.default_text.empty()) md.append("(empty)");
+        else md.append("`").append(s.default_text).append("`");
+        md.append(" | ").append(range).append(" | ").append(s.doc).append(" |\n");
     }
     return md;
 }

@@ -154,13 +154,16 @@ std::string events_text(uint32_t mask)
     uint32_t named = 0;
     for (const Name &n : kNames)
         if ((mask & n.bits) == n.bits) {
-            s += (s.empty() ? "" : ",") + std::string(n.word);
+            // Appends, not `"," + std::string`: a bogus GCC 12 -Wrestrict at -O3 (bug 105329).
+            if (!s.empty()) s += ',';
+            s += n.word;
             named |= n.bits;
         }
     if (const uint32_t rest = mask & ~named) { // e.g. one API bit of a numeric mask
         char b[16];
         std::snprintf(b, sizeof(b), "0x%x", rest);
-        s += (s.empty() ? "" : ",") + std::string(b);
+        if (!s.empty()) s += ',';
+        s += b;
     }
     return s.empty() ? "none" : s;
 }

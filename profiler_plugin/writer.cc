@@ -604,7 +604,8 @@ int open_files(Writer &w)
     std::string base;
     int fd = -1;
     for (int n = 0; n < 10000 && fd < 0; ++n) {
-        base = stem + (n ? "-" + std::to_string(n) : std::string());
+        base = stem; // appended, not `"-" + to_string`: bogus GCC 12 -Wrestrict (bug 105329)
+        if (n) base.append("-").append(std::to_string(n));
         fd = ::open((base + ".jsonl").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 && errno != EEXIST) return -errno;
     }

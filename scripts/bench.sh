@@ -17,7 +17,23 @@ export VIGIL_NSTREAMS=$STREAMS
 bin=$PWD/build/test/netbench/vigil-netbench
 plugin=$PWD/build/net_plugin/libnccl-net-vigil.so
 tmp=$(mktemp -d /tmp/vigil-bench.XXXXXX)
-trap 'rm -rf "$tmp"; pkill -f "iperf3 -s -p 52" 2>/dev/null || true; pkill -f "sockperf server" 2>/dev/null || true' EXIT
+source scripts/pids.sh
+# The reference servers run in command substitutions (subshells): each records "PID NAME" in
+# $tmp/servers so that an interrupted run still ends exactly the servers it started.
+stop_servers() {
+    local pid name
+    if [[ -f $tmp/servers ]]; then
+        while read -r pid name; do pid_stop "$pid" "$name" || true; done <"$tmp/servers"
+    fi
+}
+trap 'stop_servers; rm -rf "$tmp"' EXIT
+# server WHERE NAME CMD...: a reference server in the background; sets BG_PID.
+server() {
+    local where=$1 name=$2
+    shift 2
+    bg_start "$where" "$@" >/dev/null 2>&1
+    echo "$BG_PID $name" >>"$tmp/servers"
+}
 
 # run_in WHERE CMD...: WHERE is "local" or a lab host index.
 run_in() { local w=$1; shift; if [[ $w == local ]]; then "$@"; else scripts/netlab.sh exec "$w" -- "$@"; fi; }
@@ -40,10 +56,12 @@ vigil_bw() {
 # min(BYTES, 1 MiB), iperf3's largest block
 iperf_bw() {
     local port=$((5200 + RANDOM % 100))
-    run_in "$1" iperf3 -s -p "$port" -1 >/dev/null 2>&1 &
+    server "$1" iperf3 iperf3 -s -p "$port" -1
+    local spid=$BG_PID
     sleep 0.3
     run_in "$2" iperf3 -c "$3" -p "$port" -P "$STREAMS" -t "$SECS" -l "$(( $4 < 1048576 ? $4 : 1048576 ))" -J >"$tmp/ip.json"
-    wait
+    # A one-off server (-1) ends after its client; stop it in case the client never came.
+    pid_stop "$spid" iperf3 || true
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/8e9)' "$tmp/ip.json"
 }
 
@@ -59,11 +77,11 @@ vigil_lat() {
 
 sockperf_lat() {
     local port=$((11000 + RANDOM % 1000))
-    run_in "$1" sockperf server --tcp -i "$3" -p "$port" >/dev/null 2>&1 &
-    local spid=$!
+    server "$1" sockperf sockperf server --tcp -i "$3" -p "$port"
+    local spid=$BG_PID
     sleep 0.3
     run_in "$2" sockperf ping-pong --tcp -i "$3" -p "$port" -m 14 -t "$SECS" >"$tmp/sp.txt" 2>&1 || true
-    kill "$spid" 2>/dev/null || true; pkill -f "sockperf server" 2>/dev/null || true; wait 2>/dev/null || true
+    pid_stop "$spid" sockperf || echo "bench: sockperf server (pid $spid) ended early" >&2
     # "---> percentile 50.000 =   12.345" (usec, half round trip). 14 B is the smallest
     # message sockperf sends (its header); vigil sends 8 B.
     awk '/percentile 50.000/ {print $NF}' "$tmp/sp.txt"

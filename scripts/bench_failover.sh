@@ -20,9 +20,12 @@ tmp=$(mktemp -d /tmp/vigil-fobench.XXXXXX)
 trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 export NCCL_DEBUG=INFO VIGIL_FAILBACK_HOLD_MS=50
 rdv=unix:$tmp/rdv.sock
+source scripts/pids.sh
+ranks=()
 for r in 1 0; do
-    scripts/netlab.sh exec "$r" -- "$bin" --plugin "$plugin" --rank "$r" --nranks 2 --rendezvous "$rdv" \
-        --workload bandwidth --bytes 1M --iters 1000000 --timeout 600 >"$tmp/out.$r" 2>"$tmp/err.$r" &
+    bg_start "$r" "$bin" --plugin "$plugin" --rank "$r" --nranks 2 --rendezvous "$rdv" \
+        --workload bandwidth --bytes 1M --iters 1000000 --timeout 600 >"$tmp/out.$r" 2>"$tmp/err.$r"
+    ranks+=("$BG_PID")
 done
 until grep -q "accepted primary" "$tmp/err.0" 2>/dev/null; do sleep 0.1; done
 sleep 0.5
@@ -42,8 +45,9 @@ with open(out, "w") as f:
         subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
         time.sleep(1.5)  # rebuild (attempts back off up to 1 s) + hold + failback
 PY
-pkill -f -- "--rendezvous $rdv" || true
-wait 2>/dev/null || true
+for p in "${ranks[@]}"; do
+    pid_stop "$p" vigil-netbench || echo "bench: rank pid $p ended early" >&2
+done
 python3 - "$tmp" <<'PY'
 import re, statistics, sys
 tmp = sys.argv[1]

@@ -54,17 +54,22 @@ fi
 for h in 0 1; do for p in 0 1; do scripts/netlab.sh degrade "$h" "$p" 800mbit; done; done
 export VIGIL_WINDOW_US=5000 VIGIL_DEGRADE_PCT=70 NCCL_DEBUG=WARN
 rdv=unix:$tmp/lab.sock
+source scripts/pids.sh
+ranks=()
 for r in 1 0; do
-    scripts/netlab.sh exec "$r" -- "$bin" --plugin "$plugin" --rank "$r" --nranks 2 --rendezvous "$rdv" \
-        --workload bandwidth --bytes 128K --iters 1000000 --timeout 60 >/dev/null 2>&1 &
+    bg_start "$r" "$bin" --plugin "$plugin" --rank "$r" --nranks 2 --rendezvous "$rdv" \
+        --workload bandwidth --bytes 128K --iters 1000000 --timeout 60 >/dev/null 2>&1
+    ranks+=("$BG_PID")
 done
 sleep 1
 "$vigil" dump --windows 0 --follow 6 >"$tmp/follow.jsonl" &
+dump_pid=$!
 sleep 2; python3 -c 'import time; print(time.monotonic())' >"$tmp/t_degrade"; scripts/netlab.sh degrade 0 0 200mbit
 sleep 2; python3 -c 'import time; print(time.monotonic())' >"$tmp/t_restore"; scripts/netlab.sh degrade 0 0 800mbit
-wait %3 2>/dev/null || true
-pkill -f -- "--rendezvous $rdv" || true
-wait 2>/dev/null || true
+wait "$dump_pid" || true
+for p in "${ranks[@]}"; do
+    pid_stop "$p" vigil-netbench || echo "bench: rank pid $p ended early" >&2
+done
 PY=python3
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && PY=/usr/bin/python3
 $PY - "$tmp" <<'PY'

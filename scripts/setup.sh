@@ -25,6 +25,6 @@ if ((${#missing[@]})); then
 fi
 
 if [[ ! -f build/build.ninja ]]; then
-    meson setup build >/dev/null
+    meson setup build -Dwerror=true >/dev/null
 fi
 ninja -C build >/dev/null

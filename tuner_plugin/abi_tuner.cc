@@ -49,7 +49,7 @@ ncclResult_t open_context(void **context, const CommInfo &info, ncclDebugLogger_
         *context = nullptr;
         vigil::log::set_logger(log);
         std::string why;
-        Tuner *t = Tuner::instance(&why);
+        Tuner *t = Tuner::acquire(&why);
         if (t == nullptr) {
             VLOG_WARN("init fails: %s", why.c_str());
             return ncclInvalidUsage;
@@ -59,6 +59,7 @@ ncclResult_t open_context(void **context, const CommInfo &info, ncclDebugLogger_
             VLOG_INFO(NCCL_INIT | NCCL_TUNING, "Vigil tuner %s, NCCL uses tuner v%d", VIGIL_VERSION, info.abi);
         Context *c = nullptr;
         if (t->open(info, nullptr, &c, &why) != 0) {
+            Tuner::release(t);
             VLOG_WARN("init fails: %s", why.c_str());
             return ncclInvalidUsage;
         }
@@ -138,8 +139,10 @@ ncclResult_t finalize(void *context)
 {
     return vigil::abi_guard("tuner finalize", [&] {
         if (context == nullptr) return ncclSuccess;
-        std::string why;
-        if (Tuner *t = Tuner::instance(&why)) t->close(static_cast<Context *>(context));
+        auto *c = static_cast<Context *>(context);
+        Tuner &t = c->tuner();
+        t.close(c);
+        Tuner::release(&t);
         return ncclSuccess;
     });
 }

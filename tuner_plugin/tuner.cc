@@ -273,12 +273,22 @@ Tuner::~Tuner()
     if (status_fd_ >= 0) ::close(status_fd_);
 }
 
-Tuner *Tuner::instance(std::string *error)
+namespace {
+// The process's tuner and its users (open contexts plus inits under way). Counted, not
+// immortal: a tuner only its library's globals reach would leak at every unload; and, as
+// the last finalize (also one NCCL runs from an exit handler) releases the last user, a
+// finalize always finds the tuner its init acquired.
+std::mutex g_tuner_mu;
+Tuner *g_tuner = nullptr;
+uint64_t g_tuner_users = 0;
+std::string g_load_error; // bad VIGIL_* values: every later init fails the same way
+} // namespace
+
+Tuner *Tuner::acquire(std::string *error)
 {
-    static std::mutex mu;
-    static Tuner *t = nullptr; // never destroyed: NCCL may call finalize from exit handlers
-    static std::string load_error;
-    std::lock_guard lk(mu);
+    std::lock_guard lk(g_tuner_mu);
+    Tuner *&t = g_tuner;
+    std::string &load_error = g_load_error;
     if (t == nullptr && load_error.empty()) {
         const ParamLoad load = load_params(environment_source());
         if (!report_params(load)) {
@@ -303,7 +313,17 @@ Tuner *Tuner::instance(std::string *error)
         }
     }
     if (t == nullptr) *error = load_error;
+    else ++g_tuner_users;
     return t;
+}
+
+void Tuner::release(Tuner *t)
+{
+    std::unique_lock lk(g_tuner_mu);
+    if (t == nullptr || t != g_tuner || g_tuner_users == 0 || --g_tuner_users != 0) return;
+    g_tuner = nullptr;
+    lk.unlock();
+    delete t;
 }
 
 std::shared_ptr<const Rules> Tuner::rules(std::string *why)

@@ -86,6 +86,9 @@ public:
     /// Blocks whose view is resolved (0 without an agreement). Any thread.
     uint64_t resolved_blocks() const { return agr_ ? agr_->resolved() : 0; }
 
+    /// The tuner this context belongs to (finalize closes the context there).
+    Tuner &tuner() const { return tuner_; }
+
     ~Context();
 
 private:
@@ -151,17 +154,23 @@ private:
     bool rules_mismatch_warned_ = false;
 };
 
-/// Process-wide tuner state. One per process for NCCL (instance()); tests make their own.
-/// Thread-safe: open/close may run concurrently with each other and with any context's
+/// Process-wide tuner state. One per process for NCCL (acquire()/release()); tests make their
+/// own. Thread-safe: open/close may run concurrently with each other and with any context's
 /// hot path.
 class Tuner
 {
 public:
     explicit Tuner(Config cfg);
     ~Tuner();
-    /// The process's tuner, configured from the VIGIL_* environment at first use. *error
-    /// holds the parameter errors (the caller's init fails in that case).
-    static Tuner *instance(std::string *error);
+    /// The process's tuner for one more context: the existing one, else a new one configured
+    /// from the VIGIL_* environment. Returns nullptr with the parameter errors in *error (the
+    /// caller's init fails then). Each non-null return is ended by one release().
+    static Tuner *acquire(std::string *error);
+    /// Ends one acquire(). The last one destroys the tuner, whose thread ended with its last
+    /// close(): NCCL unloads the library after the last finalize (2.28.9 does), and nothing of
+    /// ours may outlive it, neither a thread nor memory only the library's globals reached.
+    /// The next acquire() builds a new tuner.
+    static void release(Tuner *t);
 
     /// Creates the context of a communicator. `health`: null for the net plugin's registry.
     /// Returns 0, or -EINVAL with *why when init must fail (strict mode: bad rules file,

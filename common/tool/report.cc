@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
+
 extern char **environ;
 
 namespace vigil::telemetry {
@@ -1047,15 +1049,18 @@ std::string plot_script()
 {
     std::error_code ec;
     if (const char *e = std::getenv("VIGIL_PLOT_SCRIPT"); e != nullptr && *e != '\0') return e;
-#ifdef VIGIL_SOURCE_DIR
-    const fs::path src = fs::path(VIGIL_SOURCE_DIR) / "scripts" / "vigil_plot.py";
-    if (fs::is_regular_file(src, ec)) return src.string();
-#endif
+    // An installed vigil uses the script installed with it (PREFIX/share/vigil), never the
+    // source tree it was built from, which may have moved on; a vigil in its build tree has
+    // no share/ beside it and takes the source tree's.
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
         const fs::path inst = exe.parent_path() / ".." / "share" / "vigil" / "vigil_plot.py";
         if (fs::is_regular_file(inst, ec)) return inst.string();
     }
+#ifdef VIGIL_SOURCE_DIR
+    const fs::path src = fs::path(VIGIL_SOURCE_DIR) / "scripts" / "vigil_plot.py";
+    if (fs::is_regular_file(src, ec)) return src.string();
+#endif
     return {};
 }
 
@@ -1112,54 +1117,46 @@ int run_plots(const fs::path &out)
 
 // ---- main ----------------------------------------------------------------------------------
 
+constexpr const char *kProg = "vigil report";
+
 void usage(FILE *f)
 {
     std::fprintf(f, "usage: vigil report [--out DIR] [--no-plots] [--top N] DIR...\n"
                     "Reads vigil-prof-*.jsonl / *.trace.json (profiler) and vigil-<host>-<pid>.jsonl\n"
                     "(telemetry) in each DIR; names the slowest rank, NIC and path; writes report.json,\n"
-                    "merged.trace.json and plots into --out (default ./vigil-report).\n");
+                    "merged.trace.json and plots into --out (default ./vigil-report).\n"
+                    "  --out DIR     output directory\n"
+                    "  --no-plots    skip the PNG plots\n"
+                    "  --top N       collectives with the largest arrival skew to list\n");
 }
 
-// 0 parsed, 1 help shown, 2 usage error.
+// 0 parsed, 1 help shown, 2 usage error (one line on stderr).
 int parse_args(int argc, char **argv, Options *o)
 {
     for (int i = 0; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--help" || a == "-h") {
+        if (cli::is_help(a)) {
             usage(stdout);
             return 1;
         }
         if (a == "--no-plots") {
             o->plots = false;
         } else if (a == "--out" || a == "--top") {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "vigil report: %s wants a value\n", a.c_str());
-                return 2;
-            }
+            if (i + 1 >= argc) return cli::usage_error(stderr, kProg, a + " wants a value");
             const std::string val = argv[++i];
             if (a == "--out") {
                 o->out = val;
                 continue;
             }
-            char *end = nullptr;
-            errno = 0;
-            const long n = std::strtol(val.c_str(), &end, 10);
-            if (errno != 0 || end == val.c_str() || *end != '\0' || n < 0 || n > 1000000) {
-                std::fprintf(stderr, "vigil report: --top wants a count, not '%s'\n", val.c_str());
-                return 2;
-            }
-            o->top = static_cast<size_t>(n);
+            if (!cli::parse_int(val, size_t{0}, size_t{1000000}, &o->top))
+                return cli::usage_error(stderr, kProg, "--top wants a count, not '" + val + "'");
         } else if (a.starts_with("-") && a != "-") {
-            std::fprintf(stderr, "vigil report: unknown option %s\n", a.c_str());
-            return 2;
+            return cli::unknown_option(stderr, kProg, a);
         } else {
             o->inputs.push_back(a);
         }
     }
-    if (o->inputs.empty()) {
-        std::fprintf(stderr, "vigil report: which directories?\n");
-        return 2;
-    }
+    if (o->inputs.empty()) return cli::usage_error(stderr, kProg, "no input directory given");
     return 0;
 }
 
@@ -1386,10 +1383,7 @@ int run_report(int argc, char **argv)
 {
     try {
         Options o;
-        if (const int rc = parse_args(argc, argv, &o); rc != 0) {
-            if (rc == 2) usage(stderr);
-            return rc == 1 ? 0 : 2;
-        }
+        if (const int rc = parse_args(argc, argv, &o); rc != 0) return rc == 1 ? 0 : rc;
         return report(o);
     } catch (const std::exception &e) {
         std::fprintf(stderr, "vigil report: %s\n", e.what());

@@ -9,10 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
+#include "cli.h"
 #include "policy.h"
 #include "rules.h"
 #include "telemetry/health.h"
@@ -39,15 +42,6 @@ bool parse_size(const std::string &s, uint64_t *out)
     return true;
 }
 
-bool parse_int(const std::string &s, int lo, int hi, int *out)
-{
-    char *end = nullptr;
-    const long v = std::strtol(s.c_str(), &end, 10);
-    if (end == s.c_str() || *end != '\0' || v < lo || v > hi) return false;
-    *out = static_cast<int>(v);
-    return true;
-}
-
 // "ring/ll128" -> (1, 1)
 bool parse_pair(const std::string &s, int *algo, int *proto)
 {
@@ -58,8 +52,23 @@ bool parse_pair(const std::string &s, int *algo, int *proto)
     return *algo >= 0 && *proto >= 0;
 }
 
+constexpr const char *kExplainUsage =
+    "usage: vigil tuner explain --rules FILE --coll allreduce --bytes 1M --nodes 4 --ranks 32\n"
+    "       [--health any|healthy|degraded|failover] [--pipe-ops N] [--reg-buff 0|1]\n"
+    "       [--unusable ALGO/PROTO,...]   (entries NCCL marks -1: NCCL_ALGO/NCCL_PROTO, hardware)\n"
+    "Prints the algorithm, protocol and channels the rules file picks for one collective, and\n"
+    "the rule that picked them.\n";
+
+constexpr const char *kFitUsage =
+    "usage: vigil tuner fit [--coll allreduce] [--nodes N] [--ranks N] [--margin PCT]\n"
+    "       [ALGO/PROTO=]RESULTS...   (nccl-tests output, one algorithm/protocol per file: named\n"
+    "       here, by NCCL_ALGO/NCCL_PROTO lines in the file, or by the file name, e.g.\n"
+    "       ar_ring_ll128.txt)\n"
+    "Prints a rules file that picks the fastest measured algorithm/protocol per size range.\n";
+
 int explain(int argc, char **argv, FILE *out, FILE *err)
 {
+    constexpr const char *prog = "vigil tuner explain";
     std::string rules_file;
     CollQuery q;
     q.coll = -1;
@@ -72,19 +81,27 @@ int explain(int argc, char **argv, FILE *out, FILE *err)
     std::vector<std::pair<int, int>> unusable;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (i + 1 >= argc) {
-            std::fprintf(err, "vigil tuner explain: %s wants a value\n", a.c_str());
-            return 2;
+        if (cli::is_help(a)) {
+            std::fputs(kExplainUsage, out);
+            return 0;
         }
+        static constexpr std::string_view kOptions[] = {"--rules",    "--coll",     "--bytes",
+                                                        "--nodes",    "--ranks",    "--pipe-ops",
+                                                        "--reg-buff", "--health",   "--unusable"};
+        if (std::find(std::begin(kOptions), std::end(kOptions), a) == std::end(kOptions)) {
+            if (a.starts_with("-")) return cli::unknown_option(err, prog, a);
+            return cli::usage_error(err, prog, "unexpected argument '" + a + "'");
+        }
+        if (i + 1 >= argc) return cli::usage_error(err, prog, a + " wants a value");
         const std::string v = argv[++i];
         bool ok = true;
         if (a == "--rules") rules_file = v;
         else if (a == "--coll") ok = (q.coll = parse_coll(v)) >= 0;
         else if (a == "--bytes") ok = have_bytes = parse_size(v, &q.bytes);
-        else if (a == "--nodes") ok = parse_int(v, 1, INT32_MAX, &q.nodes);
-        else if (a == "--ranks") ok = parse_int(v, 1, INT32_MAX, &q.ranks);
-        else if (a == "--pipe-ops") ok = parse_int(v, 1, INT32_MAX, &q.pipe_ops);
-        else if (a == "--reg-buff") ok = parse_int(v, 0, 1, &q.reg_buff);
+        else if (a == "--nodes") ok = cli::parse_int(v, 1, INT32_MAX, &q.nodes);
+        else if (a == "--ranks") ok = cli::parse_int(v, 1, INT32_MAX, &q.ranks);
+        else if (a == "--pipe-ops") ok = cli::parse_int(v, 1, INT32_MAX, &q.pipe_ops);
+        else if (a == "--reg-buff") ok = cli::parse_int(v, 0, 1, &q.reg_buff);
         else if (a == "--health") health = v;
         else if (a == "--unusable") {
             std::stringstream ss(v);
@@ -93,21 +110,11 @@ int explain(int argc, char **argv, FILE *out, FILE *err)
                 ok = parse_pair(item, &al, &pr);
                 unusable.emplace_back(al, pr);
             }
-        } else {
-            std::fprintf(err, "vigil tuner explain: unknown option %s\n", a.c_str());
-            return 2;
         }
-        if (!ok) {
-            std::fprintf(err, "vigil tuner explain: bad value for %s: %s\n", a.c_str(), v.c_str());
-            return 2;
-        }
+        if (!ok) return cli::usage_error(err, prog, "bad value '" + v + "' for " + a);
     }
-    if (rules_file.empty() || q.coll < 0 || !have_bytes || q.nodes == 0 || q.ranks == 0) {
-        std::fprintf(err, "usage: vigil tuner explain --rules FILE --coll allreduce --bytes 1M --nodes 4 --ranks 32\n"
-                          "       [--health any|healthy|degraded|failover] [--pipe-ops N] [--reg-buff 0|1]\n"
-                          "       [--unusable ALGO/PROTO,...]   (entries NCCL marks -1: NCCL_ALGO/NCCL_PROTO, hardware)\n");
-        return 2;
-    }
+    if (rules_file.empty() || q.coll < 0 || !have_bytes || q.nodes == 0 || q.ranks == 0)
+        return cli::usage_error(err, prog, "--rules, --coll, --bytes, --nodes and --ranks are needed");
     if (health == "any") q.health = Health::kUnknown;
     else if (health == "healthy") q.health = Health::kHealthy;
     else if (health == "degraded") q.health = Health::kDegraded;
@@ -214,35 +221,33 @@ bool parse_results(const std::string &file, std::vector<Point> *pts, std::string
 
 int fit(int argc, char **argv, FILE *out, FILE *err)
 {
+    constexpr const char *prog = "vigil tuner fit";
     int coll = 4, nodes = -1, ranks = -1;
     double margin = 0;
     std::vector<std::string> inputs;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+        if (cli::is_help(a)) {
+            std::fputs(kFitUsage, out);
+            return 0;
+        }
+        const bool option = a == "--coll" || a == "--nodes" || a == "--ranks" || a == "--margin";
+        if (!option && a.starts_with("-")) return cli::unknown_option(err, prog, a);
+        if (option && i + 1 >= argc) return cli::usage_error(err, prog, a + " wants a value");
+        auto next = [&]() -> std::string { return argv[++i]; };
         bool ok = true;
         if (a == "--coll") ok = (coll = parse_coll(next())) >= 0;
-        else if (a == "--nodes") ok = parse_int(next(), -1, INT32_MAX, &nodes) && nodes != 0;
-        else if (a == "--ranks") ok = parse_int(next(), -1, INT32_MAX, &ranks) && ranks != 0;
+        else if (a == "--nodes") ok = cli::parse_int(next(), -1, INT32_MAX, &nodes) && nodes != 0;
+        else if (a == "--ranks") ok = cli::parse_int(next(), -1, INT32_MAX, &ranks) && ranks != 0;
         else if (a == "--margin") {
             const std::string v = next();
             char *end = nullptr;
             margin = std::strtod(v.c_str(), &end);
             ok = end != v.c_str() && *end == '\0' && margin >= 0 && margin < 100;
-        } else if (!a.empty() && a[0] == '-') ok = false;
-        else inputs.push_back(a);
-        if (!ok) {
-            std::fprintf(err, "vigil tuner fit: bad option or value near %s\n", a.c_str());
-            return 2;
-        }
+        } else inputs.push_back(a);
+        if (!ok) return cli::usage_error(err, prog, "bad value for " + a + ": '" + argv[i] + "'");
     }
-    if (inputs.empty()) {
-        std::fprintf(err, "usage: vigil tuner fit [--coll allreduce] [--nodes N] [--ranks N] [--margin PCT]\n"
-                          "       [ALGO/PROTO=]RESULTS...   (nccl-tests output, one algorithm/protocol per file: named\n"
-                          "       here, by NCCL_ALGO/NCCL_PROTO lines in the file, or by the file name, e.g.\n"
-                          "       ar_ring_ll128.txt)\n");
-        return 2;
-    }
+    if (inputs.empty()) return cli::usage_error(err, prog, "no nccl-tests result file given");
     std::map<uint64_t, std::map<std::pair<int, int>, double>> by_size;
     std::vector<std::string> sources;
     for (const std::string &arg : inputs) {
@@ -352,10 +357,16 @@ int tuner_command_to(int argc, char **argv, FILE *out, FILE *err)
     const std::string sub = argc >= 2 ? argv[1] : "";
     if (sub == "explain") return explain(argc - 1, argv + 1, out, err);
     if (sub == "fit") return fit(argc - 1, argv + 1, out, err);
-    std::fprintf(sub == "--help" || sub == "-h" ? out : err,
-                 "usage: vigil tuner explain --rules FILE --coll C --bytes SIZE --nodes N --ranks N [--health H] ...\n"
-                 "       vigil tuner fit [--coll C] [--nodes N] [--ranks N] [--margin PCT] [ALGO/PROTO=]RESULTS...\n");
-    return sub == "--help" || sub == "-h" ? 0 : 2;
+    if (cli::is_help(sub)) {
+        std::fputs("usage: vigil tuner explain --rules FILE --coll C --bytes SIZE --nodes N --ranks N ...\n"
+                   "       vigil tuner fit [--coll C] [--nodes N] [--ranks N] [--margin PCT] RESULTS...\n"
+                   "(vigil tuner explain --help, vigil tuner fit --help: the details)\n",
+                   out);
+        return 0;
+    }
+    if (sub.empty()) return cli::usage_error(err, "vigil tuner", "explain or fit?");
+    if (sub.starts_with("-")) return cli::unknown_option(err, "vigil tuner", sub);
+    return cli::usage_error(err, "vigil tuner", "unknown subcommand '" + sub + "'");
 }
 
 int tuner_command(int argc, char **argv)

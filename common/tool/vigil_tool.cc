@@ -6,6 +6,9 @@
 //   vigil export [--listen ADDR:PORT] [--extra]   Prometheus text exposition over HTTP (paths
 //                                                 and the profiler's collective counters)
 //   vigil report [--out DIR] DIR...               straggler report over profiler/telemetry files
+//   vigil tuner explain|fit ...                   the tuner's rules (tuner_cmd.h)
+// `vigil --help` and `vigil CMD --help` print the usage; usage errors are one line (cli.h).
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -21,12 +25,14 @@
 
 #include "telemetry/prof_metrics.h"
 #include "telemetry/registry.h"
+#include "cli.h"
 #include "report.h"
 #include "tuner_cmd.h"
 
 namespace {
 
 using namespace vigil::telemetry;
+namespace cli = vigil::cli;
 using nlohmann::json;
 
 struct Process {
@@ -402,48 +408,112 @@ int serve(const std::string &listen, bool extra)
     return 0;
 }
 
-[[noreturn]] void usage(int rc)
+constexpr const char *kUsage =
+    "usage: vigil COMMAND [OPTIONS]   (vigil COMMAND --help: that command's options)\n"
+    "  dump     JSONL of every path and its telemetry windows\n"
+    "  top      live per-path table (and the tuner's agreed views)\n"
+    "  export   Prometheus metrics over HTTP\n"
+    "  report   straggler report over profiler and telemetry files\n"
+    "  tuner    explain | fit: the tuner's rules\n"
+    "dump, top and export read /dev/shm/vigil-<uid>-<pid>, the telemetry registry of every\n"
+    "NCCL process of this user that loaded the Vigil net plugin.\n";
+
+constexpr const char *kDumpUsage =
+    "usage: vigil dump [--windows N] [--follow SECONDS]\n"
+    "Prints JSONL: one \"path\" record per path of every process of this user that loaded the\n"
+    "Vigil net plugin, each followed by its newest telemetry windows.\n"
+    "  --windows N         windows per path printed at once (default 64; 0: none)\n"
+    "  --follow SECONDS    then keep printing new windows for this long (default 0)\n";
+
+constexpr const char *kTopUsage =
+    "usage: vigil top [--once] [--interval SECONDS]\n"
+    "Live per-path table (rate, busy-time bandwidth, p99 latency, degraded flag) of every\n"
+    "process of this user that loaded the Vigil net plugin, and the tuner's agreed views.\n"
+    "  --once              print the table once and exit\n"
+    "  --interval SECONDS  refresh period and averaging span (default 1, at least 0.1)\n";
+
+constexpr const char *kExportUsage =
+    "usage: vigil export [--listen ADDR:PORT] [--extra]\n"
+    "Serves Prometheus metrics at http://ADDR:PORT/metrics: per path, the profiler's\n"
+    "collective counters and the tuner's views.\n"
+    "  --listen ADDR:PORT  where to listen (default 127.0.0.1:9464)\n"
+    "  --extra             also p99 latency, generation and peak bytes in flight per path\n";
+
+/// Options of the registry readers (dump, top, export).
+struct ReaderArgs {
+    int windows = 64;
+    double follow_s = 0;
+    double interval_s = 1;
+    bool once = false;
+    bool extra = false;
+    std::string listen = "127.0.0.1:9464";
+};
+
+/// Parses the options after `vigil CMD` for dump, top or export: `allowed` lists the options
+/// CMD takes. Returns 0 to run, 1 after printing `usage` for --help, 2 after a one-line usage
+/// error on stderr.
+int parse_reader_args(const std::string &cmd, const char *usage,
+                      std::initializer_list<std::string_view> allowed, int argc, char **argv,
+                      ReaderArgs *o)
 {
-    std::fprintf(rc ? stderr : stdout,
-                 "usage: vigil dump [--windows N] [--follow SECONDS]\n"
-                 "       vigil top [--once] [--interval SECONDS]\n"
-                 "       vigil export [--listen ADDR:PORT] [--extra]   (default 127.0.0.1:9464)\n"
-                 "       vigil report [--out DIR] [--no-plots] [--top N] DIR...   (straggler report)\n"
-                 "       vigil tuner explain|fit ...   (rules: the decision for a collective; nccl-tests -> rules)\n"
-                 "Reads /dev/shm/vigil-<uid>-<pid>, the telemetry registry of every NCCL process of\n"
-                 "this user that loaded the Vigil net plugin.\n");
-    std::exit(rc);
+    const std::string prog = "vigil " + cmd;
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (cli::is_help(a)) {
+            std::fputs(usage, stdout);
+            return 1;
+        }
+        if (std::find(allowed.begin(), allowed.end(), a) == allowed.end()) {
+            if (a.starts_with("-")) return cli::unknown_option(stderr, prog.c_str(), a);
+            return cli::usage_error(stderr, prog.c_str(), "unexpected argument '" + a + "'");
+        }
+        if (a == "--once" || a == "--extra") {
+            (a == "--once" ? o->once : o->extra) = true;
+            continue;
+        }
+        if (i + 1 >= argc) return cli::usage_error(stderr, prog.c_str(), a + " wants a value");
+        const std::string v = argv[++i];
+        bool ok = true;
+        if (a == "--windows") ok = cli::parse_int(v, 0, 1 << 30, &o->windows);
+        else if (a == "--follow") ok = cli::parse_double(v, 0, 1e9, &o->follow_s);
+        else if (a == "--interval") ok = cli::parse_double(v, 0.1, 1e6, &o->interval_s);
+        else if (a == "--listen") {
+            const size_t colon = v.rfind(':');
+            int port = 0;
+            ok = colon != std::string::npos && cli::parse_int(v.substr(colon + 1), 0, 65535, &port);
+            if (ok) o->listen = v;
+        }
+        if (!ok) return cli::usage_error(stderr, prog.c_str(), "bad value '" + v + "' for " + a);
+    }
+    return 0;
 }
 
 } // namespace
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) usage(2);
+    if (argc < 2) {
+        std::fputs(kUsage, stderr);
+        return cli::kUsageError;
+    }
     const std::string cmd = argv[1];
+    if (cli::is_help(cmd)) {
+        std::fputs(kUsage, stdout);
+        return 0;
+    }
     if (cmd == "report") return vigil::telemetry::run_report(argc - 2, argv + 2);
     if (cmd == "tuner") return vigil::tool::tuner_command(argc - 1, argv + 1);
-    int windows = 64;
-    double follow = 0, interval = 1;
-    bool once = false, extra = false;
-    std::string listen = "127.0.0.1:9464";
-    for (int i = 2; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto next = [&]() -> const char * {
-            if (i + 1 >= argc) usage(2);
-            return argv[++i];
-        };
-        if (a == "--windows") windows = std::atoi(next());
-        else if (a == "--follow") follow = std::atof(next());
-        else if (a == "--once") once = true;
-        else if (a == "--interval") interval = std::max(0.1, std::atof(next()));
-        else if (a == "--listen") listen = next();
-        else if (a == "--extra") extra = true;
-        else usage(2);
-    }
-    if (cmd == "dump") return dump(std::max(0, windows), follow);
-    if (cmd == "top") return top(once, interval);
-    if (cmd == "export") return serve(listen, extra);
-    if (cmd == "--help" || cmd == "-h") usage(0);
-    usage(2);
+    ReaderArgs o;
+    int rc = -1;
+    const int n = argc - 2;
+    char **args = argv + 2;
+    if (cmd == "dump") rc = parse_reader_args(cmd, kDumpUsage, {"--windows", "--follow"}, n, args, &o);
+    else if (cmd == "top") rc = parse_reader_args(cmd, kTopUsage, {"--once", "--interval"}, n, args, &o);
+    else if (cmd == "export") rc = parse_reader_args(cmd, kExportUsage, {"--listen", "--extra"}, n, args, &o);
+    else if (cmd.starts_with("-")) return cli::unknown_option(stderr, "vigil", cmd);
+    else return cli::usage_error(stderr, "vigil", "unknown command '" + cmd + "'");
+    if (rc != 0) return rc == 1 ? 0 : rc;
+    if (cmd == "dump") return dump(o.windows, o.follow_s);
+    if (cmd == "top") return top(o.once, o.interval_s);
+    return serve(o.listen, o.extra);
 }

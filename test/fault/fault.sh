@@ -12,6 +12,7 @@
 #   inject         2x2: VIGIL_INJECT_FAIL breaks host 0's eth0 path after 30 messages, with
 #                  4 channels (connections spread over both ports), exact
 source "$(dirname "$0")/../functional/lib.sh"
+source "$(dirname "$0")/../../scripts/pids.sh"
 need_root_lab
 CASE=$1
 case $CASE in
@@ -129,7 +130,8 @@ peer-killed)
     wait_for "accepted primary" 20
     sleep 1
     t0=$(date +%s.%N)
-    pkill -KILL -f -- "--rank 2 --nranks 3 --rendezvous unix:$TMP/rdv.$RUN_ID.sock" || fail "no rank 2 to kill"
+    # PIDS[2] is rank 2's driver itself (netlab.sh exec and ip netns exec exec, env too).
+    pid_stop "${PIDS[2]}" vigil-netbench KILL || fail "rank 2 (pid ${PIDS[2]}) is not running"
     rc=0; for r in 0 1; do wait "${PIDS[r]}" && rc=1; done
     t1=$(date +%s.%N)
     ((rc == 0)) || fail "a survivor finished ok although its peer died"

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "loader.h"
+#include "tool/cli.h"
 #include "prof_driver.h"
 #include "rendezvous.h"
 #include "tuner_driver.h"
@@ -129,18 +130,37 @@ Exit status 0 only when every rank saw no error.
     std::exit(rc);
 }
 
-int64_t parse_size(const char *s)
+constexpr const char *kProg = "vigil-netbench";
+
+// A usage error: one line on stderr naming what was wrong, exit status 2.
+[[noreturn]] void bad_usage(const std::string &what)
+{
+    std::exit(vigil::cli::usage_error(stderr, kProg, what));
+}
+
+// SIZE with an optional K/M/G suffix (binary units), for option `opt`.
+int64_t parse_size(const std::string &opt, const char *s)
 {
     char *end = nullptr;
+    errno = 0;
     long long v = std::strtoll(s, &end, 10);
-    if (end == s || v < 0) usage(2);
+    int shift = 0;
     switch (*end) {
-    case 'k': case 'K': v <<= 10; ++end; break;
-    case 'm': case 'M': v <<= 20; ++end; break;
-    case 'g': case 'G': v <<= 30; ++end; break;
+    case 'k': case 'K': shift = 10; ++end; break;
+    case 'm': case 'M': shift = 20; ++end; break;
+    case 'g': case 'G': shift = 30; ++end; break;
     default: break;
     }
-    if (*end != '\0') usage(2);
+    if (errno != 0 || end == s || v < 0 || *end != '\0' || v > (INT64_MAX >> shift))
+        bad_usage(opt + " wants a size (bytes, K/M/G suffixes), not '" + s + "'");
+    return v << shift;
+}
+
+int parse_count(const std::string &opt, const char *s)
+{
+    int v = 0;
+    if (!vigil::cli::parse_int(std::string(s), INT32_MIN, INT32_MAX, &v))
+        bad_usage(opt + " wants an integer, not '" + s + "'");
     return v;
 }
 
@@ -150,46 +170,53 @@ Options parse(int argc, char **argv)
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> const char * {
-            if (i + 1 >= argc) usage(2);
+            if (i + 1 >= argc) bad_usage(a + " wants a value");
             return argv[++i];
         };
-        if (a == "--help" || a == "-h") usage(0);
+        auto count = [&]() { return parse_count(a, next()); };
+        auto size = [&]() { return parse_size(a, next()); };
+        if (vigil::cli::is_help(a)) usage(0);
         else if (a == "--plugin") o.plugin = next();
-        else if (a == "--api-version") o.api_version = std::atoi(next());
-        else if (a == "--rank") o.rank = std::atoi(next());
-        else if (a == "--nranks") o.nranks = std::atoi(next());
+        else if (a == "--api-version") o.api_version = count();
+        else if (a == "--rank") o.rank = count();
+        else if (a == "--nranks") o.nranks = count();
         else if (a == "--rendezvous") o.rendezvous = next();
         else if (a == "--workload") o.workload = next();
-        else if (a == "--bytes") o.bytes = parse_size(next());
-        else if (a == "--min-bytes") o.min_bytes = parse_size(next());
-        else if (a == "--max-bytes") o.max_bytes = parse_size(next());
-        else if (a == "--factor") o.factor = std::atoi(next());
-        else if (a == "--iters") o.iters = std::atoi(next());
-        else if (a == "--warmup") o.warmup = std::atoi(next());
-        else if (a == "--window") o.window = std::atoi(next());
-        else if (a == "--slice") o.slice = parse_size(next());
+        else if (a == "--bytes") o.bytes = size();
+        else if (a == "--min-bytes") o.min_bytes = size();
+        else if (a == "--max-bytes") o.max_bytes = size();
+        else if (a == "--factor") o.factor = count();
+        else if (a == "--iters") o.iters = count();
+        else if (a == "--warmup") o.warmup = count();
+        else if (a == "--window") o.window = count();
+        else if (a == "--slice") o.slice = size();
         else if (a == "--check") o.check = true;
-        else if (a == "--dev") o.dev = std::atoi(next());
-        else if (a == "--channels") o.channels = std::atoi(next());
-        else if (a == "--timeout") o.timeout_s = std::atof(next());
-        else if (a == "--profile") o.profile = next();
-        else if (a == "--delay-rank") o.delay_rank = std::atoi(next());
-        else if (a == "--delay-us") o.delay_us = std::atoi(next());
+        else if (a == "--dev") o.dev = count();
+        else if (a == "--channels") o.channels = count();
+        else if (a == "--timeout") {
+            const std::string v = next();
+            if (!vigil::cli::parse_double(v, 0, 1e9, &o.timeout_s))
+                bad_usage("--timeout wants seconds, not '" + v + "'");
+        } else if (a == "--profile") o.profile = next();
+        else if (a == "--delay-rank") o.delay_rank = count();
+        else if (a == "--delay-us") o.delay_us = count();
         else if (a == "--tuner") o.tuner = next();
-        else if (a == "--tuner-nodes") o.tuner_nodes = std::atoi(next());
+        else if (a == "--tuner-nodes") o.tuner_nodes = count();
         else if (a == "--loop") o.loop = true;
         else if (a == "--progress") o.progress = true;
         else if (a == "--yield") o.yield = true;
-        else {
-            std::fprintf(stderr, "vigil-netbench: unknown option %s\n", a.c_str());
-            usage(2);
-        }
+        else if (a.starts_with("-")) std::exit(vigil::cli::unknown_option(stderr, kProg, a));
+        else bad_usage("unexpected argument '" + a + "'");
     }
-    if (o.rank < 0 || o.nranks < 2 || o.rank >= o.nranks || o.rendezvous.empty() ||
-        o.window < 1 || o.window > 64 || o.factor < 2 || o.slice < 1 || o.channels < 1 ||
-        o.channels > 32 || o.timeout_s < 0 || (o.loop && o.workload != "allreduce") ||
-        (o.api_version != 0 && (o.api_version < 8 || o.api_version > 12)))
-        usage(2);
+    if (o.rank < 0 || o.rendezvous.empty()) bad_usage("--rank R and --rendezvous ADDR are needed");
+    if (o.nranks < 2 || o.rank >= o.nranks) bad_usage("--nranks wants 2 or more, --rank below it");
+    if (o.window < 1 || o.window > 64) bad_usage("--window wants 1..64");
+    if (o.factor < 2) bad_usage("--factor wants 2 or more");
+    if (o.slice < 1) bad_usage("--slice wants 1 byte or more");
+    if (o.channels < 1 || o.channels > 32) bad_usage("--channels wants 1..32");
+    if (o.loop && o.workload != "allreduce") bad_usage("--loop wants --workload allreduce");
+    if (o.api_version != 0 && (o.api_version < 8 || o.api_version > 12))
+        bad_usage("--api-version wants 8..12");
     return o;
 }
 
