@@ -21,7 +21,7 @@ if [[ ${1:-} == --ci ]]; then
     ci=true
     shift
 elif [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 secs=${1:-60}
