@@ -346,7 +346,7 @@ void RegistrySink::verdict(bool degraded, const WindowRecord &w) noexcept
 
 RegistryView::~RegistryView()
 {
-    if (base_ != nullptr) munmap(base_, size_);
+    if (map_ != nullptr) munmap(map_, size_);
 }
 
 int map_segment_readonly(const std::string &file, size_t min_size, void **base, size_t *size, std::string *why)
@@ -369,7 +369,22 @@ int map_segment_readonly(const std::string &file, size_t min_size, void **base, 
 
 int RegistryView::open(const std::string &file, std::string *why)
 {
-    if (int rc = map_segment_readonly(file, sizeof(RegistryHeader), &base_, &size_, why); rc != 0) return rc;
+    if (int rc = map_segment_readonly(file, sizeof(RegistryHeader), &map_, &size_, why); rc != 0)
+        return rc;
+    base_ = map_;
+    return check(why);
+}
+
+int RegistryView::open_bytes(const void *base, size_t size, std::string *why)
+{
+    if (size < sizeof(RegistryHeader)) return *why = "too small for its header", -EBADMSG;
+    base_ = base;
+    size_ = size;
+    return check(why);
+}
+
+int RegistryView::check(std::string *why)
+{
     hdr_ = static_cast<const RegistryHeader *>(base_);
     auto fail = [&](const char *what) {
         *why = what;

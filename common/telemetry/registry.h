@@ -190,6 +190,10 @@ public:
     /// Maps `file` and checks magic, version and every size field against this build's
     /// layout (a segment that disagrees is refused with *why). Returns 0 or -errno.
     int open(const std::string &file, std::string *why);
+    /// Views the `size` bytes at `base` as a segment, with the checks of open(): the reader
+    /// over bytes in memory (tests and fuzzing). The bytes are not copied or owned and must
+    /// outlive the view; `base` must be 8-byte aligned. Returns 0 or -EBADMSG with *why.
+    int open_bytes(const void *base, size_t size, std::string *why);
     const RegistryHeader &header() const { return *hdr_; }
     uint32_t entries() const;
     /// Port entries in use (0 for a segment of an older build).
@@ -200,7 +204,10 @@ public:
     static bool read(const PathEntry &e, uint64_t index, WindowRecord *out);
 
 private:
-    void *base_ = nullptr;
+    int check(std::string *why);
+
+    void *map_ = nullptr; // what open() mapped (munmapped by the destructor)
+    const void *base_ = nullptr;
     size_t size_ = 0;
     const RegistryHeader *hdr_ = nullptr;
 };

@@ -13,9 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <spawn.h>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,8 +67,18 @@ enum class Kind { kSummary, kTrace, kTelemetry };
 struct Input {
     fs::path path;
     Kind kind;
-    std::string host, pid; // from the file name
+    std::string host, pid;            // from the file name
+    const std::string *text = nullptr; // the content, when held in memory (report_from_memory)
 };
+
+// The content of an input: its file, or the text it holds. Null when the file cannot be opened.
+std::unique_ptr<std::istream> open_input(const Input &in)
+{
+    if (in.text != nullptr) return std::make_unique<std::istringstream>(*in.text);
+    auto f = std::make_unique<std::ifstream>(in.path);
+    if (!*f) return nullptr;
+    return f;
+}
 
 // ---- JSON access that never throws ---------------------------------------------------------
 
@@ -144,7 +156,7 @@ std::optional<Input> classify(const fs::path &p)
     const auto cut = [&](size_t pre, size_t suf) {
         return n.size() > pre + suf ? n.substr(pre, n.size() - pre - suf) : std::string();
     };
-    Input in{p, Kind::kSummary, "", ""};
+    Input in{p, Kind::kSummary, "", "", nullptr};
     std::string stem;
     if (n.starts_with("vigil-prof-")) {
         if (n.ends_with(".trace.json")) in.kind = Kind::kTrace, stem = cut(11, 11);
@@ -204,18 +216,19 @@ struct BadLines {
     std::string first; // FILE:LINE of the first one
 };
 
-// Calls `f` with every line of `path` that is a JSON object; counts the lines that are not
+// Calls `f` with every line of `input` that is a JSON object; counts the lines that are not
 // (a truncated last line, garbage). False when the file cannot be opened.
-template <class F> bool read_jsonl(const fs::path &path, BadLines &bad, F &&f)
+template <class F> bool read_jsonl(const Input &input, BadLines &bad, F &&f)
 {
-    std::ifstream in(path);
+    const fs::path &path = input.path;
+    const std::unique_ptr<std::istream> in = open_input(input);
     if (!in) {
         std::fprintf(stderr, "vigil report: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
         return false;
     }
     std::string line;
     uint64_t no = 0;
-    while (std::getline(in, line)) {
+    while (std::getline(*in, line)) {
         ++no;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         const json j = json::parse(line, nullptr, false);
@@ -384,7 +397,7 @@ void read_summary(const Input &in, Data &d)
 {
     Origin org{in.host, in.pid};
     json stats;
-    if (!read_jsonl(in.path, d.bad, [&](const json &j) {
+    if (!read_jsonl(in, d.bad, [&](const json &j) {
             const std::string type = str(j, "type");
             if (type == "process") {
                 org.host = str(j, "host", org.host);
@@ -422,7 +435,7 @@ struct PathDesc {
 void read_telemetry(const Input &in, Data &d)
 {
     std::map<int64_t, PathDesc> paths;
-    if (!read_jsonl(in.path, d.bad, [&](const json &j) {
+    if (!read_jsonl(in, d.bad, [&](const json &j) {
             const std::string type = str(j, "type");
             if (type == "path") {
                 paths[as_i64(num(j, "path", -1))] =
@@ -960,15 +973,15 @@ bool write_file(const fs::path &p, const std::string &text)
 
 // The events of a trace file; a truncated file (a killed job) is salvaged line by line, as
 // the profiler writes one event per line. `salvaged` tells which way it went.
-std::vector<json> trace_events(const fs::path &p, bool *salvaged, bool *unreadable)
+std::vector<json> trace_events(const Input &input, bool *salvaged, bool *unreadable)
 {
     *salvaged = *unreadable = false;
-    std::ifstream in(p);
+    const std::unique_ptr<std::istream> in = open_input(input);
     if (!in) {
         *unreadable = true;
         return {};
     }
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text((std::istreambuf_iterator<char>(*in)), std::istreambuf_iterator<char>());
     const json j = json::parse(text, nullptr, false);
     std::vector<json> out;
     const json *arr = nullptr;
@@ -999,10 +1012,9 @@ std::vector<json> trace_events(const fs::path &p, bool *salvaged, bool *unreadab
 
 // Concatenates every trace into one; each (file, pid) gets a pid of its own so the ranks of
 // different processes do not collide, and its process_name says where it came from.
-bool write_merged_trace(const std::vector<Input> &inputs, const Data &d, const fs::path &out, size_t *events,
-                        size_t *traces)
+void write_merged_trace(const std::vector<Input> &inputs, const Data &d, std::ostream &f,
+                        size_t *events, size_t *traces)
 {
-    std::ofstream f(out, std::ios::trunc);
     f << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
     int next_pid = 1;
     bool first = true;
@@ -1010,7 +1022,7 @@ bool write_merged_trace(const std::vector<Input> &inputs, const Data &d, const f
     for (const Input &in : inputs) {
         if (in.kind != Kind::kTrace) continue;
         bool salvaged = false, unreadable = false;
-        std::vector<json> evs = trace_events(in.path, &salvaged, &unreadable);
+        std::vector<json> evs = trace_events(in, &salvaged, &unreadable);
         if (unreadable) {
             std::fprintf(stderr, "vigil report: %s: no trace events could be read\n", in.path.c_str());
             continue;
@@ -1037,12 +1049,6 @@ bool write_merged_trace(const std::vector<Input> &inputs, const Data &d, const f
         }
     }
     f << "\n]}\n";
-    f.close();
-    if (!f) {
-        std::fprintf(stderr, "vigil report: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
-        return false;
-    }
-    return true;
 }
 
 std::string plot_script()
@@ -1333,14 +1339,9 @@ json report_json(const std::vector<Input> &inputs, const Data &d, const CollResu
     return rep;
 }
 
-int report(const Options &o)
+// Reads the inputs into *d, prints the report and returns the text of report.json.
+std::string judge(const std::vector<Input> &inputs, size_t top, Data &d)
 {
-    const std::vector<Input> inputs = find_inputs(o.inputs);
-    if (inputs.empty()) {
-        std::fprintf(stderr, "vigil report: no vigil-prof-*.jsonl, *.trace.json or vigil-*.jsonl file found\n");
-        return 2;
-    }
-    Data d;
     for (const Input &in : inputs) {
         if (in.kind == Kind::kSummary) read_summary(in, d);
         else if (in.kind == Kind::kTelemetry) read_telemetry(in, d);
@@ -1358,9 +1359,23 @@ int report(const Options &o)
     NetResult net;
     analyse_network(d, &net);
     print_inputs(d, hosts.size());
-    print_collectives(colls, o.top);
-    print_network(net, d, o.top);
+    print_collectives(colls, top);
+    print_network(net, d, top);
+    return dumps(report_json(inputs, d, colls, net), 1) + "\n";
+}
 
+const char *const kNoInput =
+    "vigil report: no vigil-prof-*.jsonl, *.trace.json or vigil-*.jsonl file found\n";
+
+int report(const Options &o)
+{
+    const std::vector<Input> inputs = find_inputs(o.inputs);
+    if (inputs.empty()) {
+        std::fputs(kNoInput, stderr);
+        return 2;
+    }
+    Data d;
+    const std::string report_text = judge(inputs, o.top, d);
     std::printf("\n== output ==\n");
     std::error_code ec;
     const fs::path out = o.out;
@@ -1369,9 +1384,16 @@ int report(const Options &o)
         std::fprintf(stderr, "vigil report: cannot create %s: %s\n", out.c_str(), ec.message().c_str());
         return 1;
     }
-    if (!write_file(out / "report.json", dumps(report_json(inputs, d, colls, net), 1) + "\n")) return 1;
+    if (!write_file(out / "report.json", report_text)) return 1;
     size_t events = 0, traces = 0;
-    if (!write_merged_trace(inputs, d, out / "merged.trace.json", &events, &traces)) return 1;
+    std::ofstream merged(out / "merged.trace.json", std::ios::trunc);
+    write_merged_trace(inputs, d, merged, &events, &traces);
+    merged.close();
+    if (!merged) {
+        std::fprintf(stderr, "vigil report: cannot write %s: %s\n",
+                     (out / "merged.trace.json").c_str(), std::strerror(errno));
+        return 1;
+    }
     std::printf("wrote %s, %s (%zu events from %zu traces)\n", (out / "report.json").c_str(),
                 (out / "merged.trace.json").c_str(), events, traces);
     return o.plots ? run_plots(out) : 0;
@@ -1379,18 +1401,56 @@ int report(const Options &o)
 
 } // namespace
 
-int run_report(int argc, char **argv)
+namespace {
+
+// Runs `f`; an exception becomes exit code 1 with its message.
+template <class F> int guarded(F &&f)
 {
     try {
-        Options o;
-        if (const int rc = parse_args(argc, argv, &o); rc != 0) return rc == 1 ? 0 : rc;
-        return report(o);
+        return f();
     } catch (const std::exception &e) {
         std::fprintf(stderr, "vigil report: %s\n", e.what());
     } catch (...) {
         std::fprintf(stderr, "vigil report: unknown error\n");
     }
     return 1;
+}
+
+} // namespace
+
+int run_report(int argc, char **argv)
+{
+    return guarded([&] {
+        Options o;
+        if (const int rc = parse_args(argc, argv, &o); rc != 0) return rc == 1 ? 0 : rc;
+        return report(o);
+    });
+}
+
+int report_from_memory(const std::vector<ReportFile> &files, size_t top, std::string *report,
+                       std::string *merged)
+{
+    return guarded([&] {
+        std::map<std::string, Input> found; // in name order, as find_inputs() gives them
+        for (const ReportFile &f : files)
+            if (auto in = classify(f.name)) {
+                in->text = &f.text;
+                found.emplace(f.name, *in);
+            }
+        std::vector<Input> inputs;
+        for (auto &[name, in] : found) inputs.push_back(in);
+        if (inputs.empty()) {
+            std::fputs(kNoInput, stderr);
+            return 2;
+        }
+        Data d;
+        *report = judge(inputs, top, d);
+        std::ostringstream m;
+        size_t events = 0, traces = 0;
+        write_merged_trace(inputs, d, m, &events, &traces);
+        *merged = m.str();
+        return 0;
+    });
 }
 
 } // namespace vigil::telemetry

@@ -2,6 +2,10 @@
 // `vigil report`: the straggler report over the files of a job's profiler and net plugin.
 #pragma once
 
+#include <cstddef>
+#include <string>
+#include <vector>
+
 namespace vigil::telemetry {
 
 /// `vigil report [--out DIR] [--no-plots] [--top N] DIR...`
@@ -21,5 +25,20 @@ namespace vigil::telemetry {
 /// never fatal. Never throws. Returns 0 on success, 1 when an output could not be written or
 /// the plot script failed, 2 on a usage error or when no input file was found.
 int run_report(int argc, char **argv);
+
+/// One input of the report held in memory: `name` is a file name as `vigil report` finds
+/// them (it decides the kind, host and pid), `text` the file's content.
+struct ReportFile {
+    std::string name;
+    std::string text;
+};
+
+/// `vigil report --no-plots --top TOP` over inputs held in memory (tests and fuzzing): reads,
+/// judges and prints to stdout as run_report() does, and returns the texts of report.json in
+/// *report and of merged.trace.json in *merged instead of writing them. Files whose name is
+/// not a vigil file name are ignored. Never throws. Returns 0, 2 when no input has a vigil
+/// file name, 1 after an internal error (its message on stderr).
+int report_from_memory(const std::vector<ReportFile> &files, size_t top, std::string *report,
+                       std::string *merged);
 
 } // namespace vigil::telemetry

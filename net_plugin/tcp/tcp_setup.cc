@@ -205,6 +205,19 @@ bool TcpListener::take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *path
     return false;
 }
 
+void TcpListener::file_hello(UniqueFd fd, int dev, const Endpoint &peer, const uint8_t *hello)
+{
+    std::lock_guard<std::mutex> lock(mu_);
+    Pending p;
+    p.fd = std::move(fd);
+    p.dev = dev;
+    p.peer = peer;
+    p.deadline_ns = now_ns() + timeout_ns_;
+    std::memcpy(p.buf.data(), hello, p.buf.size());
+    p.got = p.buf.size();
+    take(p);
+}
+
 // Files a stream whose full hello arrived under its connection and path.
 void TcpListener::take(Pending &p)
 {

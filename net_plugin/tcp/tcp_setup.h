@@ -51,6 +51,13 @@ public:
 
     /// A rebuilt path of connection `conn_id` that arrived complete, if any.
     bool take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *path);
+    /// What accept() does once a connection's Hello::kSize hello bytes have arrived, without
+    /// the socket reads around it (tests and fuzzing feed it bytes): validates `hello`
+    /// (hostile), checks the nonce and files the connected socket `fd` under its connection
+    /// and path, or rejects it with one WARN and closes it. `dev`: index, into the devices
+    /// given to create(), of the device it arrived on; `peer`: its remote address. A later
+    /// accept() or take_rebuilt() completes the connection. Thread-safe.
+    void file_hello(UniqueFd fd, int dev, const Endpoint &peer, const uint8_t *hello);
     /// True while connections are half set up (a hello or a path still incomplete).
     bool busy();
 

@@ -96,6 +96,7 @@ bool GidPolicy::parse(int gid_index, std::string_view family, std::string_view r
         bool ok = !bits.empty() && bits.size() <= 3;
         for (char c : bits) {
             ok = ok && c >= '0' && c <= '9';
+            if (!ok) break; // a long non-number would overflow `n`
             n = n * 10 + (c - '0');
         }
         const int max = p.family == AF_INET ? 32 : 128;

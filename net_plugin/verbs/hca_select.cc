@@ -47,6 +47,7 @@ bool HcaSelector::parse(std::string_view spec, HcaSelector *out, std::string *wh
             bool ok = !port.empty() && port.size() <= 3;
             for (char c : port) {
                 ok = ok && c >= '0' && c <= '9';
+                if (!ok) break; // a long non-number would overflow `value`
                 value = value * 10 + (c - '0');
             }
             if (!ok || value < 1 || value > 255)

@@ -147,6 +147,18 @@ TEST_CASE("gid: bad policy values are errors", "[gid]")
     CHECK_FALSE(why.empty());
 }
 
+TEST_CASE("gid: a long prefix length is refused without reading it as a number", "[gid]")
+{
+    // Found by fuzzing VIGIL_IB_ADDR_RANGE: the digits were still summed into an int after the
+    // length was known to be bad, a signed overflow (undefined; UBSan aborts here without the
+    // fix).
+    GidPolicy p;
+    std::string why;
+    CHECK_FALSE(GidPolicy::parse(-1, "AF_INET", "10.0.0.0/99999999999", 2, &p, &why));
+    CHECK_FALSE(GidPolicy::parse(-1, "AF_INET6", "fd00::/1x99999999999", 2, &p, &why));
+    CHECK(why.find("BITS at most 128") != std::string::npos);
+}
+
 TEST_CASE("gid: IPv4-mapped detection", "[gid]")
 {
     CHECK(vigil::net::ib::gid_is_ipv4(v6(0, "::ffff:1.2.3.4", kV2).raw));

@@ -104,6 +104,20 @@ TEST_CASE("hca: bad input is an error with a reason, not a silent misreading", "
     CHECK(HcaSelector::parse(std::string(63, 'a'), &s, &why));
 }
 
+TEST_CASE("hca: a long port is refused without reading it as a number", "[hca]")
+{
+    // Found by fuzzing VIGIL_IB_HCA: the digits were still summed into an int after the port
+    // was known to be bad, a signed overflow (undefined; UBSan aborts here without the fix).
+    for (const char *bad :
+         {"mlx5_0:99999999999", "mlx5_0:2147483648", "mlx5_0:25\xca\xf5VIGIL_IB=1"}) {
+        HcaSelector s;
+        std::string why;
+        INFO(bad);
+        CHECK_FALSE(HcaSelector::parse(bad, &s, &why));
+        CHECK(why.find("bad port") != std::string::npos);
+    }
+}
+
 TEST_CASE("devices: natural order of device names", "[hca]")
 {
     using vigil::net::ib::device_name_less;
