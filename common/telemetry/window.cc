@@ -39,9 +39,14 @@ int DegradeDetector::feed(const WindowRecord &w)
         // threshold and the baseline), so a slide into degradation does not drag it down.
         const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
         if (!slow && healthy) {
-            baseline_ = healthy_seen_ == 0 ? bw : (1 - cfg_.ewma_alpha) * baseline_ + cfg_.ewma_alpha * bw;
-            if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
             ++healthy_seen_;
+            if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
+                baseline_ += (bw - baseline_) / healthy_seen_; // the mean of the first ones
+            } else {
+                const double a = bw >= baseline_ ? cfg_.ewma_alpha : cfg_.ewma_alpha_down;
+                baseline_ += a * (bw - baseline_);
+            }
+            if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
         }
         return 0;
     }

@@ -46,23 +46,40 @@ inline constexpr uint32_t kRecordVersion = 1;
 
 enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 
-/// Degraded-path detector (design: "Telemetry windows"). Only *loaded* windows count: at
-/// least `min_busy` of the window had data in flight and, while busy, at least
-/// `min_queued_bytes` were queued on average, so neither idleness nor latency-bound traffic
-/// (a ping-pong keeps one small message in flight half the time) is mistaken for slowness. The judged value is the busy-time bandwidth aggregated over the last `k` loaded
-/// windows (sum of bytes over sum of busy time: single short windows are too lumpy when a
-/// message takes longer than a window). Baseline: EWMA of that value while healthy, capped
-/// by the device's link speed. Degraded when the aggregate falls below `fraction` x
-/// baseline; healthy again when it is back at or above it; a verdict holds for at least `k`
-/// loaded windows. Not thread-safe (one owner).
+/// Degraded-path detector (design: "Telemetry windows"). Not thread-safe (one owner).
+///
+/// Evidence. Only *loaded* windows count: at least `min_busy` of the window had data in flight
+/// and, while busy, at least `min_queued_bytes` were queued on average, so neither idleness nor
+/// latency-bound traffic (a ping-pong keeps one small message in flight half the time) is
+/// mistaken for slowness. The judged value is the busy-time bandwidth aggregated over the last
+/// `k` loaded windows (sum of bytes over sum of busy time: single short windows are too lumpy
+/// when a message takes longer than a window).
+///
+/// Baseline. The mean of the first `warmup` healthy aggregates (nothing is flagged before),
+/// then an asymmetric EWMA of each healthy aggregate x: baseline += a (x - baseline), with
+/// a = `ewma_alpha` when x is above it and a = `ewma_alpha_down` (20 times smaller) when below.
+/// A faster path is learned within ~1/ewma_alpha windows, but a path that declines a little
+/// per window cannot drag its baseline down with it: the baseline lags a decline of r per
+/// window by about r / ewma_alpha_down, and once the lag leaves the healthy band it stops
+/// moving. With the defaults (fraction 0.5), any decline steeper than ~0.07 % per loaded
+/// window is flagged, and one of 0.1 % per window or more before the rate is below 40 % of
+/// what it was. Slower declines (at 1 ms windows, over more than a few seconds of load) are
+/// followed, as a change of workload must be; noise around a steady rate only biases the
+/// baseline a little upwards. Healthy = at least midway between the threshold and the
+/// baseline ((1 + fraction) / 2 x baseline); nothing else, and nothing while degraded, feeds
+/// the baseline. It never exceeds the device's link speed when that is known.
+///
+/// Verdict. Degraded when the aggregate falls below `fraction` x baseline; healthy again when
+/// it is back at or above it; a verdict holds for at least `k` loaded windows.
 struct DetectorConfig {
     double fraction = 0.5;
     int k = 8;
     double min_busy = 0.5;
     uint64_t min_queued_bytes = 64 * 1024;
-    double ewma_alpha = 0.05;
-    int warmup = 16;             ///< healthy loaded windows before a verdict is possible
-    double link_bytes_per_s = 0; ///< 0: no cap
+    double ewma_alpha = 0.05;        ///< baseline rise per healthy aggregate above it
+    double ewma_alpha_down = 0.0025; ///< baseline fall per healthy aggregate below it
+    int warmup = 16;                 ///< healthy loaded windows before a verdict is possible
+    double link_bytes_per_s = 0;     ///< 0: no cap
 };
 
 class DegradeDetector
