@@ -7,27 +7,53 @@
 
 namespace vigil::telemetry {
 
+uint64_t DegradeDetector::attribute_wait(uint64_t wait)
+{
+    const int k = std::clamp(cfg_.k, 1, kMaxK);
+    for (int j = 1; j <= n_ && wait > 0; ++j) {
+        const int i = (pos_ - j + k) % k;
+        const uint64_t take = std::min(wait, busy_[i] - wait_[i]);
+        wait_[i] += take;
+        sum_wait_ += take;
+        wait -= take;
+    }
+    return wait;
+}
+
 int DegradeDetector::feed(const WindowRecord &w)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
-    if (static_cast<double>(w.busy_ns) < cfg_.min_busy * window_ns) return 0; // idle: no evidence
-    if (w.avg_queued_bytes < cfg_.min_queued_bytes) return 0; // latency-bound: no evidence
-    if (w.receiver_bound) return 0; // the receiving application held the data, not the path
+    const uint64_t wait = static_cast<uint64_t>(w.wait_us) * 1000;
+    const bool loaded = static_cast<double>(w.busy_ns) >= cfg_.min_busy * window_ns && // else idle
+                        w.avg_queued_bytes >= cfg_.min_queued_bytes && // else latency-bound
+                        !w.receiver_bound; // the receiving application held the data, not the path
+    if (!loaded) {
+        // No evidence itself, but wait time it reports belongs to the loaded windows before
+        // (after its own busy time, which is the part of the wait closest to the report).
+        attribute_wait(wait - std::min(wait, w.busy_ns));
+        return 0;
+    }
     const int k = std::clamp(cfg_.k, 1, kMaxK);
     if (n_ == k) {
         sum_bytes_ -= bytes_[pos_];
         sum_busy_ -= busy_[pos_];
+        sum_wait_ -= wait_[pos_];
     } else {
         ++n_;
     }
     bytes_[pos_] = w.bytes;
     busy_[pos_] = w.busy_ns;
+    wait_[pos_] = 0;
     sum_bytes_ += w.bytes;
     sum_busy_ += w.busy_ns;
     pos_ = (pos_ + 1) % k;
+    attribute_wait(wait);
     ++since_change_;
-    if (n_ < k || sum_busy_ == 0) return 0;
-    const double bw = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
+    // A verdict needs a full span, a completion in this window (a stall without one may still
+    // be reported as wait time) and enough of the path's own busy time to judge.
+    if (n_ < k || w.ops == 0) return 0;
+    if (static_cast<double>(sum_busy_ - sum_wait_) < cfg_.min_busy * window_ns) return 0;
+    const double bw = judged();
     const bool slow = healthy_seen_ >= cfg_.warmup && bw < cfg_.fraction * baseline_;
     if (!degraded_) {
         if (slow && since_change_ >= k) {
@@ -38,7 +64,11 @@ int DegradeDetector::feed(const WindowRecord &w)
         // The baseline learns only from clearly healthy aggregates (at least midway between the
         // threshold and the baseline), so a slide into degradation does not drag it down.
         const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
-        if (!slow && healthy) {
+        // ... and only from spans the end points hardly made wait: a path left idle moves the
+        // next burst faster than it can sustain (a token-bucket shaper refills meanwhile).
+        const bool steady =
+            static_cast<double>(sum_wait_) <= cfg_.max_wait_to_learn * static_cast<double>(sum_busy_);
+        if (!slow && healthy && steady) {
             ++healthy_seen_;
             if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
                 baseline_ += (bw - baseline_) / healthy_seen_; // the mean of the first ones
@@ -109,7 +139,8 @@ void PathMeter::close_window()
         cur_.busy_ns += end_ - std::max(busy_since_, start_);
         busy_since_ = end_;
     }
-    const bool empty = cur_.ops == 0 && cur_.busy_ns == 0 && cur_.replays == 0 && cur_.errors == 0;
+    const bool empty = cur_.ops == 0 && cur_.busy_ns == 0 && cur_.replays == 0 &&
+                       cur_.errors == 0 && wait_ns_ == 0;
     if (!empty) {
         cur_.seq = seq_++;
         cur_.start_ns = start_;
@@ -121,6 +152,7 @@ void PathMeter::close_window()
         cur_.state = state_;
         cur_.avg_queued_bytes =
             cur_.busy_ns == 0 ? 0 : static_cast<uint64_t>(queued_byte_ns_ / static_cast<double>(cur_.busy_ns));
+        cur_.wait_us = static_cast<uint32_t>(std::min<uint64_t>(wait_ns_ / 1000, UINT32_MAX));
         const int change = detector_.feed(cur_);
         cur_.degraded = detector_.degraded() ? 1 : 0;
         cur_.baseline_bps = static_cast<uint64_t>(detector_.baseline());
@@ -134,6 +166,7 @@ void PathMeter::close_window()
     cur_.peak_inflight_bytes = inflight_bytes_;
     cur_.receiver_bound = receiver_bound_ ? 1 : 0;
     queued_byte_ns_ = 0;
+    wait_ns_ = 0;
     hist_.reset();
 }
 
@@ -173,6 +206,12 @@ void PathMeter::set_receiver_bound(uint64_t now, bool bound)
     advance(now);
     receiver_bound_ = bound;
     if (bound) cur_.receiver_bound = 1;
+}
+
+void PathMeter::on_wait(uint64_t now, uint64_t ns)
+{
+    advance(now);
+    wait_ns_ += ns;
 }
 
 void PathMeter::on_replay(uint64_t now, uint32_t n)

@@ -29,7 +29,12 @@ struct WindowRecord {
     uint8_t state;          ///< PathState
     uint8_t degraded;       ///< 1 while the detector says degraded
     uint8_t receiver_bound; ///< 1 when the receiving application, not the path, held data back
-    uint8_t pad[5];
+    uint8_t pad[1];
+    /// Time this path's data waited at the end points, not on the path (us; reported with the
+    /// completion that ended the wait, so it may belong to the busy time of earlier windows):
+    /// the detector takes it out of the busy time it judges (DegradeDetector, "wait time").
+    /// Was zero padding before; the layout version did not change.
+    uint32_t wait_us;
     uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time)
     uint64_t reserved[1];   ///< ring index (set by the registry)
     uint64_t judged_bps;    ///< the detector's aggregate over its last k loaded windows
@@ -52,8 +57,20 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// and, while busy, at least `min_queued_bytes` were queued on average, so neither idleness nor
 /// latency-bound traffic (a ping-pong keeps one small message in flight half the time) is
 /// mistaken for slowness. The judged value is the busy-time bandwidth aggregated over the last
-/// `k` loaded windows (sum of bytes over sum of busy time: single short windows are too lumpy
-/// when a message takes longer than a window).
+/// `k` loaded windows: their bytes over their busy time minus their wait time (single short
+/// windows are too lumpy when a message takes longer than a window).
+///
+/// Wait time (busy host). On a host whose CPUs are saturated, the sender's progress or the
+/// receiver's reader may not run for milliseconds (its thread waits for a CPU, or for a lock
+/// held by a preempted thread). Data then sits in a socket buffer, or an ack sits unread, while
+/// the path is idle and the busy clock runs: to the bandwidth that looks exactly like a slow
+/// path. The comm measures that time (WindowRecord::wait_us; what counts is explained in
+/// net_plugin/comm_telemetry.cc) and reports it with the completion that ends it, so it
+/// belongs to the busy time of the windows before: the detector takes it out of the newest
+/// loaded windows it holds, newest first, each at most down to zero. The verdict is therefore
+/// taken only on a window in which an operation completed: until a completion arrives, a stall
+/// whose wait time is still unreported cannot be told from a slow path. A span with less than
+/// `min_busy` of a window of the path's own busy time (busy minus wait) is no evidence.
 ///
 /// Baseline. The mean of the first `warmup` healthy aggregates (nothing is flagged before),
 /// then an asymmetric EWMA of each healthy aggregate x: baseline += a (x - baseline), with
@@ -66,8 +83,10 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// what it was. Slower declines (at 1 ms windows, over more than a few seconds of load) are
 /// followed, as a change of workload must be; noise around a steady rate only biases the
 /// baseline a little upwards. Healthy = at least midway between the threshold and the
-/// baseline ((1 + fraction) / 2 x baseline); nothing else, and nothing while degraded, feeds
-/// the baseline. It never exceeds the device's link speed when that is known.
+/// baseline ((1 + fraction) / 2 x baseline), in a span with at most `max_wait_to_learn` of its
+/// busy time waited (a path left idle moves the next burst faster than it can sustain: a
+/// token-bucket shaper refills meanwhile). Nothing else, and nothing while degraded, feeds the
+/// baseline. It never exceeds the device's link speed when that is known.
 ///
 /// Verdict. Degraded when the aggregate falls below `fraction` x baseline; healthy again when
 /// it is back at or above it; a verdict holds for at least `k` loaded windows.
@@ -79,6 +98,8 @@ struct DetectorConfig {
     double ewma_alpha = 0.05;        ///< baseline rise per healthy aggregate above it
     double ewma_alpha_down = 0.0025; ///< baseline fall per healthy aggregate below it
     int warmup = 16;                 ///< healthy loaded windows before a verdict is possible
+    double max_wait_to_learn = 0.1;  ///< share of a span's busy time waited, beyond which the
+                                     ///< span does not feed the baseline
     double link_bytes_per_s = 0;     ///< 0: no cap
 };
 
@@ -91,19 +112,26 @@ public:
     int feed(const WindowRecord &w);
     bool degraded() const { return degraded_; }
     double baseline() const { return baseline_; }
-    /// Busy-time bandwidth over the last k loaded windows (what the verdict is based on).
-    double judged() const { return sum_busy_ == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_); }
+    /// Busy-time bandwidth over the last k loaded windows, wait time taken out (what the
+    /// verdict is based on), bytes/s; 0 before any loaded window.
+    double judged() const
+    {
+        const uint64_t own = sum_busy_ - sum_wait_;
+        return own == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(own);
+    }
 
 private:
     static constexpr int kMaxK = 64;
+    /// Takes `wait` ns out of the ring's newest windows first; returns what found no room.
+    uint64_t attribute_wait(uint64_t wait);
     DetectorConfig cfg_;
     double baseline_ = 0;
     int healthy_seen_ = 0;
     int since_change_ = 0; // loaded windows since the last verdict change
     bool degraded_ = false;
-    uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {};
-    uint64_t sum_bytes_ = 0, sum_busy_ = 0;
-    int n_ = 0, pos_ = 0;
+    uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
+    uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0;
+    int n_ = 0, pos_ = 0; // pos_: next slot to write (the newest is pos_ - 1)
 };
 
 /// Where closed windows go (the registry ring, or a test's vector).
@@ -140,6 +168,10 @@ public:
     /// The receiver reports whether data waits for a receive it has not posted yet; windows
     /// touched by that are the application's, not the path's, and the detector skips them.
     void set_receiver_bound(uint64_t now, bool bound);
+    /// This path's data waited `ns` at the end points before the completion at `now` (the
+    /// path was idle meanwhile: see DegradeDetector, "wait time"). Counted in the window of
+    /// `now`; the detector takes it out of the busy time of that window and earlier ones.
+    void on_wait(uint64_t now, uint64_t ns);
     /// Closes every window that ended before `now`.
     void advance(uint64_t now);
     /// Closes the current window at `now` too, however short (the path is going away).
@@ -156,6 +188,7 @@ private:
     uint64_t inflight_ops_ = 0, inflight_bytes_ = 0, busy_since_ = 0;
     uint64_t last_change_ = 0;      // last time inflight_bytes_ changed (or a window closed)
     double queued_byte_ns_ = 0;     // integral of inflight_bytes_ over time in this window
+    uint64_t wait_ns_ = 0;          // wait time reported in this window
     void account(uint64_t now);     // adds inflight_bytes_ x (now - last_change_)
     WindowRecord cur_{};
     LatencyHistogram hist_;
