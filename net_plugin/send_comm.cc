@@ -309,10 +309,12 @@ void SendComm::goodbye_locked() noexcept
 void SendComm::progress_locked() noexcept
 {
     const uint64_t now = now_ns();
+    WaitReport waits;
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &s = paths_[i];
         if (!s.alive()) continue;
         PathStatus st = s.path->progress(s.sink);
+        waits.note(st);
         if (st.heard) s.last_heard_ns = now;
         if (cts_error_ != 0) {
             fail_locked(cts_error_, s.desc + ": the receiver's CTS contradicts the protocol");
@@ -336,6 +338,7 @@ void SendComm::progress_locked() noexcept
     const uint64_t later = now_ns(); // a failover above may have stamped times after `now`
     complete_acked_locked(later);
     if (error_.load(std::memory_order_relaxed) != 0) return;
+    account_wait_locked(waits, later);
     for (PathSlot &sl : paths_)
         if (sl.tm) sl.tm->meter.advance(later);
     if (!peer_closed_) watchdogs_locked(later);
