@@ -49,16 +49,23 @@ int DegradeDetector::feed(const WindowRecord &w)
     pos_ = (pos_ + 1) % k;
     attribute_wait(wait);
     ++since_change_;
+    if (slow_for_ > 0) ++slow_for_;
     // A verdict needs a full span, a completion in this window (a stall without one may still
     // be reported as wait time) and enough of the path's own busy time to judge.
     if (n_ < k || w.ops == 0) return 0;
     if (static_cast<double>(sum_busy_ - sum_wait_) < cfg_.min_busy * window_ns) return 0;
     const double bw = judged();
     const bool slow = healthy_seen_ >= cfg_.warmup && bw < cfg_.fraction * baseline_;
+    if (!slow) slow_for_ = 0;
+    else if (slow_for_ == 0) slow_for_ = 1;
     if (!degraded_) {
-        if (slow && since_change_ >= k) {
+        // Slow on every judgement for a full span: a single stall nobody could report (the
+        // kernel's own network processing held up on a saturated host, before any socket
+        // timestamp) drags one span down; a slow path drags them all.
+        if (slow && slow_for_ >= k && since_change_ >= k) {
             degraded_ = true;
             since_change_ = 0;
+            slow_for_ = 0;
             return +1;
         }
         // The baseline learns only from clearly healthy aggregates (at least midway between the
@@ -155,7 +162,7 @@ void PathMeter::close_window()
         cur_.wait_us = static_cast<uint32_t>(std::min<uint64_t>(wait_ns_ / 1000, UINT32_MAX));
         const int change = detector_.feed(cur_);
         cur_.degraded = detector_.degraded() ? 1 : 0;
-        cur_.baseline_bps = static_cast<uint64_t>(detector_.baseline());
+        cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
         cur_.judged_bps = static_cast<uint64_t>(detector_.judged());
         if (sink_ != nullptr) {
             sink_->push(cur_);

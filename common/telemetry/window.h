@@ -35,7 +35,7 @@ struct WindowRecord {
     /// the detector takes it out of the busy time it judges (DegradeDetector, "wait time").
     /// Was zero padding before; the layout version did not change.
     uint32_t wait_us;
-    uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time)
+    uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time); 0 during its warm-up
     uint64_t reserved[1];   ///< ring index (set by the registry)
     uint64_t judged_bps;    ///< the detector's aggregate over its last k loaded windows
     uint64_t avg_queued_bytes; ///< mean bytes in flight while busy
@@ -88,8 +88,11 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// token-bucket shaper refills meanwhile). Nothing else, and nothing while degraded, feeds the
 /// baseline. It never exceeds the device's link speed when that is known.
 ///
-/// Verdict. Degraded when the aggregate falls below `fraction` x baseline; healthy again when
-/// it is back at or above it; a verdict holds for at least `k` loaded windows.
+/// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
+/// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
+/// processing held up on a saturated host, before any socket timestamp) drags one span down, a
+/// slow path all of them. Healthy again when the aggregate is back at or above the threshold.
+/// A verdict holds for at least `k` loaded windows.
 struct DetectorConfig {
     double fraction = 0.5;
     int k = 8;
@@ -98,7 +101,7 @@ struct DetectorConfig {
     double ewma_alpha = 0.05;        ///< baseline rise per healthy aggregate above it
     double ewma_alpha_down = 0.0025; ///< baseline fall per healthy aggregate below it
     int warmup = 16;                 ///< healthy loaded windows before a verdict is possible
-    double max_wait_to_learn = 0.1;  ///< share of a span's busy time waited, beyond which the
+    double max_wait_to_learn = 0.25; ///< share of a span's busy time waited, beyond which the
                                      ///< span does not feed the baseline
     double link_bytes_per_s = 0;     ///< 0: no cap
 };
@@ -112,6 +115,8 @@ public:
     int feed(const WindowRecord &w);
     bool degraded() const { return degraded_; }
     double baseline() const { return baseline_; }
+    /// True once the warm-up is over: the baseline is judged against from now on.
+    bool armed() const { return healthy_seen_ >= cfg_.warmup; }
     /// Busy-time bandwidth over the last k loaded windows, wait time taken out (what the
     /// verdict is based on), bytes/s; 0 before any loaded window.
     double judged() const
@@ -128,6 +133,8 @@ private:
     double baseline_ = 0;
     int healthy_seen_ = 0;
     int since_change_ = 0; // loaded windows since the last verdict change
+    int slow_for_ = 0;     // loaded windows since the aggregate was first judged slow (0: it
+                           // was last judged not slow)
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
     uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0;

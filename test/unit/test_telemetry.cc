@@ -683,6 +683,8 @@ TEST_CASE("meter: the detector's verdict reaches the windows and the sink", "[te
     }
     const double x = 1e6 * 1e9 / 900'000; // bytes/s over busy time at full rate
     CHECK(static_cast<double>(s.windows[29].baseline_bps) == Approx(x).epsilon(0.01));
+    // No baseline is published before the warm-up is over (k + warmup - 1 loaded windows).
+    for (int i = 0; i < 30; ++i) CHECK((s.windows[static_cast<size_t>(i)].baseline_bps == 0) == (i < 6));
 }
 
 // =========================================================================================
@@ -714,14 +716,15 @@ TEST_CASE("detector: steady load, a drop, recovery and the k-window hold", "[tel
     CHECK(d.judged() == Approx(1e9));
 
     // The verdict is on the aggregate of the last k loaded windows: with j slow windows
-    // among them it is ((k - j) + 0.3 j) / k of the rate, so it cannot be flagged before
-    // that falls below fraction x baseline (baseline <= the old rate).
+    // among them it is ((k - j) + 0.3 j) / k of the rate, so it cannot be judged slow before
+    // that falls below fraction x baseline (baseline <= the old rate), and then must stay
+    // slow for k more loaded windows.
     int first_possible = 1;
     while ((static_cast<double>(k - first_possible) + 0.3 * first_possible) / k >= cfg.fraction) ++first_possible;
     const int f1 = feed_until(d, slow, 1, 3 * k);
     INFO("flagged after " << f1 << " slow windows (aggregate crosses after " << first_possible << ")");
-    CHECK(f1 >= first_possible);
-    CHECK(f1 <= k + 2);
+    CHECK(f1 >= first_possible + k - 1);
+    CHECK(f1 <= first_possible + k + 2);
     REQUIRE(d.degraded());
     const double frozen = d.baseline();
     // The EWMA keeps learning from the falling aggregate until the verdict (the transition
@@ -755,7 +758,7 @@ TEST_CASE("detector: steady load, a drop, recovery and the k-window hold", "[tel
         }
     }
     CHECK(f2 >= k);
-    CHECK(f2 <= k + 2);
+    CHECK(f2 <= first_possible + k + 2);
     CHECK(held_slow >= 1);
     const double frozen2 = d.baseline();
     CHECK(feed_until(d, slow, -1, 40) == 0); // stays degraded, baseline frozen
@@ -869,8 +872,9 @@ TEST_CASE("detector: a gradual decline is flagged", "[telemetry]")
     INFO("decline of " << per_window * 100 << " % per loaded window");
     const double x = static_cast<double>(kX);
 
-    SECTION("before the rate is below 40 % of the original (k 8)")
+    SECTION("before the rate is below 40 % of the original (k 8, up to 1 % per window)")
     {
+        if (per_window > 0.01) return; // faster: the aggregate's k-window lag is the limit
         DegradeDetector d;
         REQUIRE(feed_until(d, win(kX), 1, 200) == 0);
         double bw = x;
@@ -988,6 +992,32 @@ TEST_CASE("detector: wait time reported with a completion is not the path's", "[
     }
 }
 
+TEST_CASE("detector: one stall nobody reported drags one span down, not a verdict", "[telemetry]")
+{
+    // The kernel's own network processing, held up on a saturated host, delays data before any
+    // socket timestamps it: no end point reports that wait. One such stall, up to about a span
+    // long, leaves the aggregate below the threshold for less than a span.
+    DetectorConfig cfg;
+    cfg.k = 32;
+    cfg.fraction = 0.7;
+    DegradeDetector d(cfg);
+    REQUIRE(feed_until(d, win(kX), 1, 100) == 0);
+    WindowRecord stall = win(0);
+    stall.ops = 0;
+    for (const int len : {12, 20, 32}) {
+        INFO("an unreported stall of " << len << " windows");
+        CHECK(feed_until(d, stall, 1, len) == 0);
+        CHECK(d.feed(win(kX)) == 0);
+        CHECK(d.judged() < cfg.fraction * d.baseline()); // it does look slow for a while ...
+        CHECK(feed_until(d, win(kX), 1, 3 * cfg.k) == 0); // ... but not for a span
+        CHECK_FALSE(d.degraded());
+    }
+    // A path that stays slow is flagged once that has lasted a span.
+    const int f = feed_until(d, win(kX / 2), 1, 4 * cfg.k);
+    CHECK(f > cfg.k);
+    CHECK(f <= 2 * cfg.k + 2);
+}
+
 TEST_CASE("detector: no verdict while a stall may still be reported", "[telemetry]")
 {
     DetectorConfig cfg;
@@ -1006,8 +1036,11 @@ TEST_CASE("detector: no verdict while a stall may still be reported", "[telemetr
     done.wait_us = 51'000;
     CHECK(d.feed(done) == 0);
     CHECK_FALSE(d.degraded());
-    // ... without it, a path that took 51 windows for one window's bytes is slow.
-    CHECK(control.feed(win(kX)) == 1);
+    // ... without it, a path that took 51 windows for one window's bytes is slow (and is
+    // flagged once that has lasted a span).
+    CHECK(control.feed(win(kX)) == 0);
+    CHECK(control.judged() < 0.2 * control.baseline());
+    CHECK(feed_until(control, win(kX / 10), 1, 2 * cfg.k) > 0);
     // A wait reported by a window that is itself no evidence (mostly idle) still belongs to
     // the loaded windows before it.
     CHECK(feed_until(d, stall, 1, 20) == 0);
@@ -1040,7 +1073,7 @@ TEST_CASE("detector: the link speed caps the baseline", "[telemetry]")
     // 0.1 GB/s is below half the link.
     const int f = feed_until(d, win(kX / 10), 1, 3 * capped.k);
     CHECK(f >= 1);
-    CHECK(f <= capped.k + 2);
+    CHECK(f <= 2 * capped.k + 2);
     CHECK(d.degraded());
 }
 
