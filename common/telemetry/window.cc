@@ -31,8 +31,10 @@ int DegradeDetector::feed(const WindowRecord &w)
         // No evidence itself, but wait time it reports belongs to the loaded windows before
         // (after its own busy time, which is the part of the wait closest to the report).
         attribute_wait(wait - std::min(wait, w.busy_ns));
+        loaded_run_ = 0;
         return 0;
     }
+    ++loaded_run_;
     const int k = std::clamp(cfg_.k, 1, kMaxK);
     if (n_ == k) {
         sum_bytes_ -= bytes_[pos_];
@@ -71,9 +73,11 @@ int DegradeDetector::feed(const WindowRecord &w)
         // The baseline learns only from clearly healthy aggregates (at least midway between the
         // threshold and the baseline), so a slide into degradation does not drag it down.
         const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
-        // ... and only from spans the end points hardly made wait: a path left idle moves the
-        // next burst faster than it can sustain (a token-bucket shaper refills meanwhile).
+        // ... and only from what the path sustains: a path left idle moves the next burst
+        // faster than that (a token-bucket shaper refilled meanwhile), so the span must start
+        // a span after the load did and the end points must hardly have made it wait.
         const bool steady =
+            loaded_run_ >= 2 * k &&
             static_cast<double>(sum_wait_) <= cfg_.max_wait_to_learn * static_cast<double>(sum_busy_);
         if (!slow && healthy && steady) {
             ++healthy_seen_;

@@ -82,11 +82,13 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// window is flagged, and one of 0.1 % per window or more before the rate is below 40 % of
 /// what it was. Slower declines (at 1 ms windows, over more than a few seconds of load) are
 /// followed, as a change of workload must be; noise around a steady rate only biases the
-/// baseline a little upwards. Healthy = at least midway between the threshold and the
-/// baseline ((1 + fraction) / 2 x baseline), in a span with at most `max_wait_to_learn` of its
-/// busy time waited (a path left idle moves the next burst faster than it can sustain: a
-/// token-bucket shaper refills meanwhile). Nothing else, and nothing while degraded, feeds the
-/// baseline. It never exceeds the device's link speed when that is known.
+/// baseline a little upwards. It learns only what the path sustains: healthy aggregates (at
+/// least midway between the threshold and the baseline, (1 + fraction) / 2 x baseline) of
+/// spans that start at least `k` loaded windows after the load did (no idle or unloaded
+/// window in the last 2k) and in which at most `max_wait_to_learn` of the busy time was
+/// waited: a path left idle moves the next burst faster than it can sustain (a token-bucket
+/// shaper refills meanwhile). Nothing else, and nothing while degraded, feeds the baseline. It
+/// never exceeds the device's link speed when that is known.
 ///
 /// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
 /// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
@@ -135,6 +137,7 @@ private:
     int since_change_ = 0; // loaded windows since the last verdict change
     int slow_for_ = 0;     // loaded windows since the aggregate was first judged slow (0: it
                            // was last judged not slow)
+    int loaded_run_ = 0;   // loaded windows since the last one that was not
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
     uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0;
