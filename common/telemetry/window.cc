@@ -74,18 +74,19 @@ int DegradeDetector::feed(const WindowRecord &w)
         // threshold and the baseline), so a slide into degradation does not drag it down.
         const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
         // ... and only from what the path sustains: a path left idle moves the next burst
-        // faster than that (a token-bucket shaper refilled meanwhile), so the span must start
-        // a span after the load did and the end points must hardly have made it wait.
-        const bool steady =
-            loaded_run_ >= 2 * k &&
-            static_cast<double>(sum_wait_) <= cfg_.max_wait_to_learn * static_cast<double>(sum_busy_);
-        if (!slow && healthy && steady) {
+        // faster than that (a token-bucket shaper refilled meanwhile). So the span must start
+        // a span after the load did, and what is learned keeps the end points' wait in: the
+        // wait idled the path too, and taken out it would credit the next burst to the path.
+        // On a busy host that makes the baseline low, the detector less sensitive: never
+        // wrong in the other direction.
+        if (!slow && healthy && loaded_run_ >= 2 * k) {
+            const double x = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
             ++healthy_seen_;
             if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
-                baseline_ += (bw - baseline_) / healthy_seen_; // the mean of the first ones
+                baseline_ += (x - baseline_) / healthy_seen_; // the mean of the first ones
             } else {
-                const double a = bw >= baseline_ ? cfg_.ewma_alpha : cfg_.ewma_alpha_down;
-                baseline_ += a * (bw - baseline_);
+                const double a = x >= baseline_ ? cfg_.ewma_alpha : cfg_.ewma_alpha_down;
+                baseline_ += a * (x - baseline_);
             }
             if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
         }

@@ -82,13 +82,15 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// window is flagged, and one of 0.1 % per window or more before the rate is below 40 % of
 /// what it was. Slower declines (at 1 ms windows, over more than a few seconds of load) are
 /// followed, as a change of workload must be; noise around a steady rate only biases the
-/// baseline a little upwards. It learns only what the path sustains: healthy aggregates (at
-/// least midway between the threshold and the baseline, (1 + fraction) / 2 x baseline) of
-/// spans that start at least `k` loaded windows after the load did (no idle or unloaded
-/// window in the last 2k) and in which at most `max_wait_to_learn` of the busy time was
-/// waited: a path left idle moves the next burst faster than it can sustain (a token-bucket
-/// shaper refills meanwhile). Nothing else, and nothing while degraded, feeds the baseline. It
-/// never exceeds the device's link speed when that is known.
+/// baseline a little upwards. It learns only what the path sustains, since a path left idle
+/// moves the next burst faster than that (a token-bucket shaper refills meanwhile): the spans
+/// judged healthy (at least midway between the threshold and the baseline,
+/// (1 + fraction) / 2 x baseline) that start at least `k` loaded windows after the load did
+/// (no idle or unloaded window in the last 2k), and their bandwidth with the wait time left
+/// in (the wait idled the path too). On a busy host the baseline is then low and the detector
+/// less sensitive, never the other way round: the verdict takes the wait out, the baseline
+/// does not. Nothing else, and nothing while degraded, feeds the baseline. It never exceeds
+/// the device's link speed when that is known.
 ///
 /// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
 /// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
@@ -103,8 +105,6 @@ struct DetectorConfig {
     double ewma_alpha = 0.05;        ///< baseline rise per healthy aggregate above it
     double ewma_alpha_down = 0.0025; ///< baseline fall per healthy aggregate below it
     int warmup = 16;                 ///< healthy loaded windows before a verdict is possible
-    double max_wait_to_learn = 0.25; ///< share of a span's busy time waited, beyond which the
-                                     ///< span does not feed the baseline
     double link_bytes_per_s = 0;     ///< 0: no cap
 };
 
