@@ -2,7 +2,12 @@
 // Telemetry hooks of a connection: each path's registry entry and meter, and the NCCL
 // profiler net events (windows, failovers, failbacks) a sendComm emits under NCCL's proxy
 // steps.
+#include <algorithm>
 #include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "send_comm.h"
@@ -59,6 +64,94 @@ void SendComm::meter_locked(int slot) noexcept
     PathSlot &sl = paths_[slot];
     sl.tm.reset();
     if (sl.path) sl.tm = PathTelemetry::make(tcfg_, Direction::kSend, sl.path->identity(), this);
+}
+
+// ---- sendComm: wait time --------------------------------------------------------------
+//
+// How long the end points made a path wait (DegradeDetector, "wait time"). Charged only when
+// the acks of a progress pass complete the last message in flight: then every byte posted
+// had arrived, the path had nothing left to carry, and the transfer was waiting for a thread
+// at one end to run (on a busy host, for a CPU, or for a lock its holder was preempted with).
+// While other messages were still on their way the path was busy carrying them and a late
+// reader cost it nothing; a slow path keeps data queued, so its waits are never charged.
+//
+//  - A fabric that can tell reports the wait with each ack (PathStatus::wait_ns; TCP measures
+//    it with kernel receive timestamps: the receiver's ack delay plus how long the ack sat
+//    unread here). Bounded by the time since the newest message it covers was posted.
+//  - Otherwise (verbs: an RC completion needs no thread at the receiver), this end's own
+//    lateness: how long the thread that found the completion had been runnable without a CPU
+//    since the previous progress pass (its run delay, /proc/thread-self/schedstat, read at most
+//    every kRunDelayReadNs per thread: no system call per message).
+// A later copy of the same ack (a heartbeat, the other path's copy) is read while nothing is in
+// flight; its unread time cost the path nothing and is not charged.
+
+namespace {
+
+constexpr uint64_t kRunDelayReadNs = 5'000'000; // 5 ms
+
+// The calling thread's run delay (time runnable but waiting for a CPU), from
+// /proc/thread-self/schedstat ("run_ns wait_ns slices"; kernel CONFIG_SCHED_INFO).
+class ThreadRunDelay
+{
+public:
+    ThreadRunDelay() = default;
+    ThreadRunDelay(const ThreadRunDelay &) = delete;
+    ThreadRunDelay &operator=(const ThreadRunDelay &) = delete;
+    ~ThreadRunDelay()
+    {
+        if (fd_ >= 0) close(fd_);
+    }
+    /// Run delay accrued since this thread's previous read, ns; false when the previous read
+    /// was less than kRunDelayReadNs ago (nothing is read) or the file cannot be read.
+    bool delta(uint64_t now, uint64_t *out) noexcept
+    {
+        if (fd_ == -2) fd_ = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+        if (fd_ < 0 || now < read_ns_ + kRunDelayReadNs) return false;
+        char buf[96];
+        const ssize_t n = pread(fd_, buf, sizeof(buf) - 1, 0);
+        if (n <= 0) return false;
+        buf[n] = '\0';
+        uint64_t run = 0, wait = 0;
+        if (std::sscanf(buf, "%" SCNu64 " %" SCNu64, &run, &wait) != 2) return false;
+        const bool first = read_ns_ == 0;
+        *out = first || wait < wait_ns_ ? 0 : wait - wait_ns_;
+        read_ns_ = now;
+        wait_ns_ = wait;
+        return !first;
+    }
+
+private:
+    int fd_ = -2; // -2: not opened yet, -1: unavailable
+    uint64_t read_ns_ = 0, wait_ns_ = 0;
+};
+
+thread_local ThreadRunDelay t_run_delay;
+
+} // namespace
+
+void SendComm::WaitReport::note(const PathStatus &st) noexcept
+{
+    if (st.wait_ack > ack || (st.wait_ack == ack && st.wait_ns > ns)) {
+        ack = st.wait_ack;
+        ns = st.wait_ns;
+    }
+}
+
+void SendComm::account_wait_locked(const WaitReport &r, uint64_t now) noexcept
+{
+    const bool completed = acked_ != wait_acked_;
+    const uint64_t since_pass = since(now, wait_pass_ns_);
+    wait_acked_ = acked_;
+    wait_pass_ns_ = now;
+    PathTelemetry *tm = paths_[active_].tm.get();
+    if (tm == nullptr || !completed || acked_ != next_seq_ || acked_ == 0) return;
+    uint64_t wait = 0;
+    if (r.ack == acked_) {
+        wait = std::min(r.ns, since(now, msgs_[(acked_ - 1) % kMaxInflight].posted_ns));
+    } else if (t_run_delay.delta(now, &wait)) {
+        wait = std::min(wait, since_pass);
+    }
+    if (wait > 0) tm->meter.on_wait(now, wait);
 }
 
 void SendComm::queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept

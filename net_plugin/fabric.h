@@ -169,6 +169,10 @@ struct PathStatus {
     bool heard = false;       ///< something arrived from the peer during this call
     bool failover_requested = false; ///< send side: the receiver asked to leave a path ...
     uint32_t failed_slot = 0;        ///< ... this one, whose port it saw fail
+    uint64_t wait_ns = 0;  ///< send side: for the newest ack read in this call, how long the end
+                           ///< points let arrived data wait (the receiver before reading it,
+                           ///< this end before reading the ack), ns; 0 when unknown ...
+    uint64_t wait_ack = 0; ///< ... and that ack's cumulative seq (comm_telemetry.cc)
     std::string detail;       ///< with error: what happened, for the one WARN line
 };
 

@@ -325,10 +325,12 @@ void SendComm::progress_locked() noexcept
     // this in a tight loop.
     const uint64_t now = now_ns();
     bool changed = false;
+    WaitReport waits;
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &s = paths_[i];
         if (!s.alive()) continue;
         PathStatus st = s.path->progress(s.sink);
+        waits.note(st);
         if (st.heard) s.last_heard_ns = now;
         if (cts_error_ != 0) {
             fail_locked(cts_error_, s.desc + ": the receiver's CTS contradicts the protocol");
@@ -356,6 +358,7 @@ void SendComm::progress_locked() noexcept
     const uint64_t later = changed ? now_ns() : now;
     complete_acked_locked(later);
     if (error_.load(std::memory_order_relaxed) != 0) return;
+    account_wait_locked(waits, later);
     for (PathSlot &sl : paths_)
         if (sl.tm) sl.tm->meter.advance(later);
     if (!peer_closed_) watchdogs_locked(later);

@@ -181,6 +181,15 @@ private:
     /// children of `phandle`.
     void emit_events_locked(void *phandle) noexcept;
     void queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept;
+    /// Wait time the paths reported in one progress pass: the newest ack's (PathStatus).
+    struct WaitReport {
+        uint64_t ns = 0, ack = 0;
+        void note(const PathStatus &st) noexcept;
+    };
+    /// Charges the active path's meter with the time `r` says the end points made it wait.
+    void account_wait_locked(const WaitReport &r, uint64_t now) noexcept;
+    uint64_t wait_acked_ = 0;  // acked_ as account_wait_locked last saw it ...
+    uint64_t wait_pass_ns_ = 0; // ... and when
 
     std::array<PathSlot, kMaxPaths> paths_;
     FailoverConfig cfg_;

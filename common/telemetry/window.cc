@@ -7,41 +7,88 @@
 
 namespace vigil::telemetry {
 
+uint64_t DegradeDetector::attribute_wait(uint64_t wait)
+{
+    const int k = std::clamp(cfg_.k, 1, kMaxK);
+    for (int j = 1; j <= n_ && wait > 0; ++j) {
+        const int i = (pos_ - j + k) % k;
+        const uint64_t take = std::min(wait, busy_[i] - wait_[i]);
+        wait_[i] += take;
+        sum_wait_ += take;
+        wait -= take;
+    }
+    return wait;
+}
+
 int DegradeDetector::feed(const WindowRecord &w)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
-    if (static_cast<double>(w.busy_ns) < cfg_.min_busy * window_ns) return 0; // idle: no evidence
-    if (w.avg_queued_bytes < cfg_.min_queued_bytes) return 0; // latency-bound: no evidence
-    if (w.receiver_bound) return 0; // the receiving application held the data, not the path
+    const uint64_t wait = static_cast<uint64_t>(w.wait_us) * 1000;
+    const bool loaded = static_cast<double>(w.busy_ns) >= cfg_.min_busy * window_ns && // else idle
+                        w.avg_queued_bytes >= cfg_.min_queued_bytes && // else latency-bound
+                        !w.receiver_bound; // the receiving application held the data, not the path
+    if (!loaded) {
+        // No evidence itself, but wait time it reports belongs to the loaded windows before
+        // (after its own busy time, which is the part of the wait closest to the report).
+        attribute_wait(wait - std::min(wait, w.busy_ns));
+        loaded_run_ = 0;
+        return 0;
+    }
+    ++loaded_run_;
     const int k = std::clamp(cfg_.k, 1, kMaxK);
     if (n_ == k) {
         sum_bytes_ -= bytes_[pos_];
         sum_busy_ -= busy_[pos_];
+        sum_wait_ -= wait_[pos_];
     } else {
         ++n_;
     }
     bytes_[pos_] = w.bytes;
     busy_[pos_] = w.busy_ns;
+    wait_[pos_] = 0;
     sum_bytes_ += w.bytes;
     sum_busy_ += w.busy_ns;
     pos_ = (pos_ + 1) % k;
+    attribute_wait(wait);
     ++since_change_;
-    if (n_ < k || sum_busy_ == 0) return 0;
-    const double bw = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
+    if (slow_for_ > 0) ++slow_for_;
+    // A verdict needs a full span, a completion in this window (a stall without one may still
+    // be reported as wait time) and enough of the path's own busy time to judge.
+    if (n_ < k || w.ops == 0) return 0;
+    if (static_cast<double>(sum_busy_ - sum_wait_) < cfg_.min_busy * window_ns) return 0;
+    const double bw = judged();
     const bool slow = healthy_seen_ >= cfg_.warmup && bw < cfg_.fraction * baseline_;
+    if (!slow) slow_for_ = 0;
+    else if (slow_for_ == 0) slow_for_ = 1;
     if (!degraded_) {
-        if (slow && since_change_ >= k) {
+        // Slow on every judgement for a full span: a single stall nobody could report (the
+        // kernel's own network processing held up on a saturated host, before any socket
+        // timestamp) drags one span down; a slow path drags them all.
+        if (slow && slow_for_ >= k && since_change_ >= k) {
             degraded_ = true;
             since_change_ = 0;
+            slow_for_ = 0;
             return +1;
         }
         // The baseline learns only from clearly healthy aggregates (at least midway between the
         // threshold and the baseline), so a slide into degradation does not drag it down.
         const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
-        if (!slow && healthy) {
-            baseline_ = healthy_seen_ == 0 ? bw : (1 - cfg_.ewma_alpha) * baseline_ + cfg_.ewma_alpha * bw;
-            if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
+        // ... and only from what the path sustains: a path left idle moves the next burst
+        // faster than that (a token-bucket shaper refilled meanwhile). So the span must start
+        // a span after the load did, and what is learned keeps the end points' wait in: the
+        // wait idled the path too, and taken out it would credit the next burst to the path.
+        // On a busy host that makes the baseline low, the detector less sensitive: never
+        // wrong in the other direction.
+        if (!slow && healthy && loaded_run_ >= 2 * k) {
+            const double x = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
             ++healthy_seen_;
+            if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
+                baseline_ += (x - baseline_) / healthy_seen_; // the mean of the first ones
+            } else {
+                const double a = x >= baseline_ ? cfg_.ewma_alpha : cfg_.ewma_alpha_down;
+                baseline_ += a * (x - baseline_);
+            }
+            if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
         }
         return 0;
     }
@@ -104,7 +151,8 @@ void PathMeter::close_window()
         cur_.busy_ns += end_ - std::max(busy_since_, start_);
         busy_since_ = end_;
     }
-    const bool empty = cur_.ops == 0 && cur_.busy_ns == 0 && cur_.replays == 0 && cur_.errors == 0;
+    const bool empty = cur_.ops == 0 && cur_.busy_ns == 0 && cur_.replays == 0 &&
+                       cur_.errors == 0 && wait_ns_ == 0;
     if (!empty) {
         cur_.seq = seq_++;
         cur_.start_ns = start_;
@@ -116,9 +164,10 @@ void PathMeter::close_window()
         cur_.state = state_;
         cur_.avg_queued_bytes =
             cur_.busy_ns == 0 ? 0 : static_cast<uint64_t>(queued_byte_ns_ / static_cast<double>(cur_.busy_ns));
+        cur_.wait_us = static_cast<uint32_t>(std::min<uint64_t>(wait_ns_ / 1000, UINT32_MAX));
         const int change = detector_.feed(cur_);
         cur_.degraded = detector_.degraded() ? 1 : 0;
-        cur_.baseline_bps = static_cast<uint64_t>(detector_.baseline());
+        cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
         cur_.judged_bps = static_cast<uint64_t>(detector_.judged());
         if (sink_ != nullptr) {
             sink_->push(cur_);
@@ -129,6 +178,7 @@ void PathMeter::close_window()
     cur_.peak_inflight_bytes = inflight_bytes_;
     cur_.receiver_bound = receiver_bound_ ? 1 : 0;
     queued_byte_ns_ = 0;
+    wait_ns_ = 0;
     hist_.reset();
 }
 
@@ -168,6 +218,12 @@ void PathMeter::set_receiver_bound(uint64_t now, bool bound)
     advance(now);
     receiver_bound_ = bound;
     if (bound) cur_.receiver_bound = 1;
+}
+
+void PathMeter::on_wait(uint64_t now, uint64_t ns)
+{
+    advance(now);
+    wait_ns_ += ns;
 }
 
 void PathMeter::on_replay(uint64_t now, uint32_t n)

@@ -29,8 +29,13 @@ struct WindowRecord {
     uint8_t state;          ///< PathState
     uint8_t degraded;       ///< 1 while the detector says degraded
     uint8_t receiver_bound; ///< 1 when the receiving application, not the path, held data back
-    uint8_t pad[5];
-    uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time)
+    uint8_t pad[1];
+    /// Time this path's data waited at the end points, not on the path (us; reported with the
+    /// completion that ended the wait, so it may belong to the busy time of earlier windows):
+    /// the detector takes it out of the busy time it judges (DegradeDetector, "wait time").
+    /// Was zero padding before; the layout version did not change.
+    uint32_t wait_us;
+    uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time); 0 during its warm-up
     uint64_t reserved[1];   ///< ring index (set by the registry)
     uint64_t judged_bps;    ///< the detector's aggregate over its last k loaded windows
     uint64_t avg_queued_bytes; ///< mean bytes in flight while busy
@@ -46,23 +51,61 @@ inline constexpr uint32_t kRecordVersion = 1;
 
 enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 
-/// Degraded-path detector (design: "Telemetry windows"). Only *loaded* windows count: at
-/// least `min_busy` of the window had data in flight and, while busy, at least
-/// `min_queued_bytes` were queued on average, so neither idleness nor latency-bound traffic
-/// (a ping-pong keeps one small message in flight half the time) is mistaken for slowness. The judged value is the busy-time bandwidth aggregated over the last `k` loaded
-/// windows (sum of bytes over sum of busy time: single short windows are too lumpy when a
-/// message takes longer than a window). Baseline: EWMA of that value while healthy, capped
-/// by the device's link speed. Degraded when the aggregate falls below `fraction` x
-/// baseline; healthy again when it is back at or above it; a verdict holds for at least `k`
-/// loaded windows. Not thread-safe (one owner).
+/// Degraded-path detector (design: "Telemetry windows"). Not thread-safe (one owner).
+///
+/// Evidence. Only *loaded* windows count: at least `min_busy` of the window had data in flight
+/// and, while busy, at least `min_queued_bytes` were queued on average, so neither idleness nor
+/// latency-bound traffic (a ping-pong keeps one small message in flight half the time) is
+/// mistaken for slowness. The judged value is the busy-time bandwidth aggregated over the last
+/// `k` loaded windows: their bytes over their busy time minus their wait time (single short
+/// windows are too lumpy when a message takes longer than a window).
+///
+/// Wait time (busy host). On a host whose CPUs are saturated, the sender's progress or the
+/// receiver's reader may not run for milliseconds (its thread waits for a CPU, or for a lock
+/// held by a preempted thread). Data then sits in a socket buffer, or an ack sits unread, while
+/// the path is idle and the busy clock runs: to the bandwidth that looks exactly like a slow
+/// path. The comm measures that time (WindowRecord::wait_us; what counts is explained in
+/// net_plugin/comm_telemetry.cc) and reports it with the completion that ends it, so it
+/// belongs to the busy time of the windows before: the detector takes it out of the newest
+/// loaded windows it holds, newest first, each at most down to zero. The verdict is therefore
+/// taken only on a window in which an operation completed: until a completion arrives, a stall
+/// whose wait time is still unreported cannot be told from a slow path. A span with less than
+/// `min_busy` of a window of the path's own busy time (busy minus wait) is no evidence.
+///
+/// Baseline. The mean of the first `warmup` healthy aggregates (nothing is flagged before),
+/// then an asymmetric EWMA of each healthy aggregate x: baseline += a (x - baseline), with
+/// a = `ewma_alpha` when x is above it and a = `ewma_alpha_down` (20 times smaller) when below.
+/// A faster path is learned within ~1/ewma_alpha windows, but a path that declines a little
+/// per window cannot drag its baseline down with it: the baseline lags a decline of r per
+/// window by about r / ewma_alpha_down, and once the lag leaves the healthy band it stops
+/// moving. With the defaults (fraction 0.5), any decline steeper than ~0.07 % per loaded
+/// window is flagged, and one of 0.1 % per window or more before the rate is below 40 % of
+/// what it was. Slower declines (at 1 ms windows, over more than a few seconds of load) are
+/// followed, as a change of workload must be; noise around a steady rate only biases the
+/// baseline a little upwards. It learns only what the path sustains, since a path left idle
+/// moves the next burst faster than that (a token-bucket shaper refills meanwhile): the spans
+/// judged healthy (at least midway between the threshold and the baseline,
+/// (1 + fraction) / 2 x baseline) that start at least `k` loaded windows after the load did
+/// (no idle or unloaded window in the last 2k), and their bandwidth with the wait time left
+/// in (the wait idled the path too). On a busy host the baseline is then low and the detector
+/// less sensitive, never the other way round: the verdict takes the wait out, the baseline
+/// does not. Nothing else, and nothing while degraded, feeds the baseline. It never exceeds
+/// the device's link speed when that is known.
+///
+/// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
+/// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
+/// processing held up on a saturated host, before any socket timestamp) drags one span down, a
+/// slow path all of them. Healthy again when the aggregate is back at or above the threshold.
+/// A verdict holds for at least `k` loaded windows.
 struct DetectorConfig {
     double fraction = 0.5;
     int k = 8;
     double min_busy = 0.5;
     uint64_t min_queued_bytes = 64 * 1024;
-    double ewma_alpha = 0.05;
-    int warmup = 16;             ///< healthy loaded windows before a verdict is possible
-    double link_bytes_per_s = 0; ///< 0: no cap
+    double ewma_alpha = 0.05;        ///< baseline rise per healthy aggregate above it
+    double ewma_alpha_down = 0.0025; ///< baseline fall per healthy aggregate below it
+    int warmup = 16;                 ///< healthy loaded windows before a verdict is possible
+    double link_bytes_per_s = 0;     ///< 0: no cap
 };
 
 class DegradeDetector
@@ -74,19 +117,31 @@ public:
     int feed(const WindowRecord &w);
     bool degraded() const { return degraded_; }
     double baseline() const { return baseline_; }
-    /// Busy-time bandwidth over the last k loaded windows (what the verdict is based on).
-    double judged() const { return sum_busy_ == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_); }
+    /// True once the warm-up is over: the baseline is judged against from now on.
+    bool armed() const { return healthy_seen_ >= cfg_.warmup; }
+    /// Busy-time bandwidth over the last k loaded windows, wait time taken out (what the
+    /// verdict is based on), bytes/s; 0 before any loaded window.
+    double judged() const
+    {
+        const uint64_t own = sum_busy_ - sum_wait_;
+        return own == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(own);
+    }
 
 private:
     static constexpr int kMaxK = 64;
+    /// Takes `wait` ns out of the ring's newest windows first; returns what found no room.
+    uint64_t attribute_wait(uint64_t wait);
     DetectorConfig cfg_;
     double baseline_ = 0;
     int healthy_seen_ = 0;
     int since_change_ = 0; // loaded windows since the last verdict change
+    int slow_for_ = 0;     // loaded windows since the aggregate was first judged slow (0: it
+                           // was last judged not slow)
+    int loaded_run_ = 0;   // loaded windows since the last one that was not
     bool degraded_ = false;
-    uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {};
-    uint64_t sum_bytes_ = 0, sum_busy_ = 0;
-    int n_ = 0, pos_ = 0;
+    uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
+    uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0;
+    int n_ = 0, pos_ = 0; // pos_: next slot to write (the newest is pos_ - 1)
 };
 
 /// Where closed windows go (the registry ring, or a test's vector).
@@ -123,6 +178,10 @@ public:
     /// The receiver reports whether data waits for a receive it has not posted yet; windows
     /// touched by that are the application's, not the path's, and the detector skips them.
     void set_receiver_bound(uint64_t now, bool bound);
+    /// This path's data waited `ns` at the end points before the completion at `now` (the
+    /// path was idle meanwhile: see DegradeDetector, "wait time"). Counted in the window of
+    /// `now`; the detector takes it out of the busy time of that window and earlier ones.
+    void on_wait(uint64_t now, uint64_t ns);
     /// Closes every window that ended before `now`.
     void advance(uint64_t now);
     /// Closes the current window at `now` too, however short (the path is going away).
@@ -139,6 +198,7 @@ private:
     uint64_t inflight_ops_ = 0, inflight_bytes_ = 0, busy_since_ = 0;
     uint64_t last_change_ = 0;      // last time inflight_bytes_ changed (or a window closed)
     double queued_byte_ns_ = 0;     // integral of inflight_bytes_ over time in this window
+    uint64_t wait_ns_ = 0;          // wait time reported in this window
     void account(uint64_t now);     // adds inflight_bytes_ x (now - last_change_)
     WindowRecord cur_{};
     LatencyHistogram hist_;

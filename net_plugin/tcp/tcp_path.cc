@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <sys/socket.h>
 #include <sys/uio.h>
+
+#include "clock.h"
 
 namespace vigil::net::tcp {
 namespace {
@@ -37,18 +40,72 @@ void lost_stream(PathStatus *st, int err)
     st->peer_eof = err == ECONNRESET;
 }
 
+// Asks the kernel to timestamp what `fd` receives (SO_TIMESTAMPNS, CLOCK_REALTIME; TCP
+// reports the newest segment a read consumed). Without it wait time is just not measured.
+void want_rx_timestamps(int fd)
+{
+    const int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+}
+
+// recv() that also raises *rx_ns to the arrival time of the newest byte it read (CLOCK_REALTIME
+// ns) when the kernel tells it. The same one system call as recv().
+ssize_t recv_stamped(int fd, uint8_t *to, size_t n, uint64_t *rx_ns)
+{
+    iovec iov{to, n};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(timespec))];
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof(ctl);
+    const ssize_t r = recvmsg(fd, &m, MSG_DONTWAIT);
+    if (r <= 0) return r;
+    for (cmsghdr *c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS ||
+            c->cmsg_len < CMSG_LEN(sizeof(timespec)))
+            continue;
+        timespec ts;
+        std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+        if (ts.tv_sec > 0)
+            *rx_ns = std::max<uint64_t>(*rx_ns, static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
+                                          static_cast<uint64_t>(ts.tv_nsec));
+    }
+    return r;
+}
+
+// How long data that arrived at `rx_ns` (CLOCK_REALTIME, 0: unknown) has waited by now, ns.
+// At most `bound`: nothing read now arrived before the previous progress() emptied the socket,
+// whatever the wall clock did meanwhile (a step makes the difference meaningless, not large).
+uint64_t waited_ns(uint64_t rx_ns, uint64_t bound)
+{
+    if (rx_ns == 0) return 0;
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const uint64_t now =
+        static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+    return now > rx_ns ? std::min(now - rx_ns, bound) : 0;
+}
+
+uint64_t elapsed_since(uint64_t t)
+{
+    const uint64_t now = now_ns();
+    return now > t ? now - t : 0;
+}
+
 } // namespace
 
 // ---- send -------------------------------------------------------------------------------
 
 TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, PathIdentity id, size_t chunk_bytes)
-    : id_(std::move(id)), chunk_(chunk_bytes)
+    : id_(std::move(id)), chunk_(chunk_bytes), last_pass_ns_(now_ns())
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
         streams_[i].fd = std::move(fds[i]);
         streams_[i].index = static_cast<uint32_t>(i);
     }
+    want_rx_timestamps(streams_[0].fd.get()); // the back channel: when acks arrived
 }
 
 TcpSendPath::~TcpSendPath()
@@ -248,13 +305,17 @@ int TcpSendPath::pump(Stream &s, PathStatus *st)
     }
 }
 
+ssize_t TcpSendPath::recv_back(uint8_t *to, size_t n)
+{
+    return recv_stamped(streams_[0].fd.get(), to, n, &back_rx_ns_);
+}
+
 void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
 {
-    const int fd = streams_[0].fd.get();
     for (;;) {
         const size_t want = back_have_hdr_ ? BackHeader::kSize + back_hdr_.payload() : BackHeader::kSize;
         if (back_got_ < want) {
-            ssize_t n = recv(fd, back_.data() + back_got_, want - back_got_, MSG_DONTWAIT);
+            ssize_t n = recv_back(back_.data() + back_got_, want - back_got_);
             if (n > 0) {
                 back_got_ += static_cast<size_t>(n);
                 continue;
@@ -285,6 +346,16 @@ void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
         switch (back_hdr_.kind) {
         case BackHeader::kAck:
             sink.acked(back_hdr_.value); // acks of any generation are true statements
+            // Wait time of the newest ack: the receiver's ack delay, plus how long the ack
+            // has sat unread here (measured once, in progress()). A heartbeat repeats an
+            // ack without its delay: the first copy read dates it, the largest delay counts.
+            if (back_hdr_.value != st->wait_ack || ack_rx_ns_ == 0) {
+                st->wait_ack = back_hdr_.value;
+                st->wait_ns = 0;
+                ack_rx_ns_ = back_rx_ns_;
+            }
+            st->wait_ns =
+                std::max<uint64_t>(st->wait_ns, static_cast<uint64_t>(back_hdr_.delay_us) * 1000);
             break;
         case BackHeader::kFailoverRequest:
             st->failover_requested = true;
@@ -328,20 +399,30 @@ PathStatus TcpSendPath::progress(SendSink &sink)
     PathStatus st;
     for (Stream &s : streams_)
         if (pump(s, &st) != 0) return st;
+    ack_rx_ns_ = 0;
     read_back(sink, &st);
+    if (ack_rx_ns_ != 0) st.wait_ns += waited_ns(ack_rx_ns_, elapsed_since(last_pass_ns_));
+    last_pass_ns_ = now_ns();
     return st;
 }
 
 // ---- receive ----------------------------------------------------------------------------
 
-TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, PathIdentity id) : id_(std::move(id))
+TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, PathIdentity id)
+    : id_(std::move(id)), last_pass_ns_(now_ns())
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
         streams_[i].fd = std::move(fds[i]);
         streams_[i].stage = std::make_unique<uint8_t[]>(kStageBytes);
+        want_rx_timestamps(streams_[i].fd.get());
     }
     out_.reserve(4096);
+}
+
+ssize_t TcpRecvPath::recv_stream(Stream &s, uint8_t *to, size_t n)
+{
+    return recv_stamped(s.fd.get(), to, n, &s.rx_ns);
 }
 
 TcpRecvPath::~TcpRecvPath()
@@ -405,7 +486,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                 s.hi -= s.lo;
                 s.lo = 0;
             }
-            ssize_t n = recv(s.fd.get(), s.stage.get() + s.hi, kStageBytes - s.hi, MSG_DONTWAIT);
+            ssize_t n = recv_stream(s, s.stage.get() + s.hi, kStageBytes - s.hi);
             if (n > 0) {
                 s.hi += static_cast<size_t>(n);
                 moved = true;
@@ -451,7 +532,7 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
                     to = s.stage.get();
                     want = kStageBytes;
                 }
-                ssize_t n = recv(s.fd.get(), to, want, MSG_DONTWAIT);
+                ssize_t n = recv_stream(s, to, want);
                 if (n > 0) {
                     moved = true;
                     st->heard = true;
@@ -479,6 +560,9 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
             s.state = Stream::kHeader;
             moved = true;
             if (!s.discard) {
+                // Only payload that lands dates the ack delay (not probes, not discards): at
+                // most this stream's newest read, which can only make the delay shorter.
+                newest_rx_ns_ = std::max(newest_rx_ns_, s.rx_ns);
                 if (int rc = sink.landed(s.h.seq, s.h.len, s.h.gen); rc != 0) {
                     fail(st, rc, "frame seq " + std::to_string(s.h.seq) + " carries more bytes than its message", true);
                     return moved;
@@ -558,6 +642,12 @@ void TcpRecvPath::flush_back(PathStatus *st)
         h.kind = BackHeader::kAck;
         h.arg = ack_gen_;
         h.value = pending_ack_;
+        if (pending_ack_ != sent_ack_) {
+            // The ack delay: how long the newest bytes read since the last ack waited for us.
+            const uint64_t waited = waited_ns(newest_rx_ns_, elapsed_since(last_pass_ns_));
+            h.delay_us = static_cast<uint32_t>(std::min<uint64_t>(waited / 1000, UINT32_MAX));
+            newest_rx_ns_ = 0;
+        }
         queue_back(h, nullptr, 0);
         sent_ack_ = pending_ack_;
         heartbeat_pending_ = false;
@@ -591,6 +681,7 @@ PathStatus TcpRecvPath::progress(RecvSink &sink)
         }
     }
     if (st.error == 0) flush_back(&st);
+    last_pass_ns_ = now_ns();
     if (st.error != 0) return st;
     // Stream 0 carries the goodbye: at its end without one, the peer vanished; with one, the
     // path ends in order once every stream has ended.

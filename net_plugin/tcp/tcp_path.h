@@ -4,6 +4,14 @@
 // FrameHeader; the receiver writes each chunk straight into the posted buffer. Stream 0 also
 // carries the control frames (probe, generation notice, goodbye) one way and the back channel
 // (acks, CTS groups, failover requests, goodbye) the other.
+//
+// Wait time. Every stream that carries data towards this host asks the kernel for receive
+// timestamps (SO_TIMESTAMPNS: when the newest bytes of a read arrived), so each end knows how
+// long data sat in its socket before it read it. The receiver puts that age into each ack
+// (the ack delay, wire.h); the sender adds how long the ack itself sat unread and reports the
+// sum with the ack (PathStatus::wait_ns), so a busy host's late reader is not taken for a slow
+// path. Costs nothing per message beyond a clock read per ack: the timestamp comes with the
+// recvmsg() that reads the data anyway.
 #pragma once
 
 #include <array>
@@ -68,6 +76,8 @@ private:
     void control(FrameHeader::Kind kind, uint64_t seq, uint8_t entry, uint64_t path = 0);
     int pump(Stream &s, PathStatus *st);
     void read_back(SendSink &sink, PathStatus *st);
+    /// Reads the back channel (stream 0), noting when the newest byte read arrived.
+    ssize_t recv_back(uint8_t *to, size_t n);
 
     std::vector<Stream> streams_;
     std::array<Msg, kMaxInflight> ring_;
@@ -85,6 +95,12 @@ private:
     BackHeader back_hdr_;
     bool back_have_hdr_ = false;
     bool goodbye_seen_ = false;
+    // Wait time: CLOCK_REALTIME arrival of the newest back-channel byte read (0: unknown), of
+    // the newest ack of this progress(), and the end of the previous progress()
+    // (CLOCK_MONOTONIC): nothing read now arrived before it.
+    uint64_t back_rx_ns_ = 0;
+    uint64_t ack_rx_ns_ = 0;
+    uint64_t last_pass_ns_;
 };
 
 /// Receiving half. Not thread-safe: used under the owning RecvComm's lock.
@@ -135,10 +151,13 @@ private:
         bool discard = false;     // payload of a completed message or a stale generation
         uint64_t remaining = 0;
         bool eof = false;         // the peer closed this stream at a frame boundary
+        uint64_t rx_ns = 0;       // CLOCK_REALTIME arrival of the newest byte read (0: unknown)
     };
 
     /// Moves as much as possible on one stream; returns true when anything moved.
     bool pump(Stream &s, RecvSink &sink, PathStatus *st);
+    /// recv() on `s` that notes when the newest byte read arrived (Stream::rx_ns).
+    ssize_t recv_stream(Stream &s, uint8_t *to, size_t n);
     /// Handles a decoded header on `s`: control frames at once, data frames by locating them.
     bool on_header(Stream &s, RecvSink &sink, PathStatus *st);
     void queue_back(const BackHeader &h, const uint8_t *payload, size_t n);
@@ -148,6 +167,10 @@ private:
     PathIdentity id_;
     uint64_t pending_ack_ = 0, sent_ack_ = 0;
     uint32_t ack_gen_ = 0;
+    // Wait time: CLOCK_REALTIME arrival of the newest payload landed since the last ack, and the
+    // end of the previous progress() (CLOCK_MONOTONIC).
+    uint64_t newest_rx_ns_ = 0;
+    uint64_t last_pass_ns_;
     bool heartbeat_pending_ = false;
     bool goodbye_seen_ = false;
     std::vector<uint8_t> out_; // queued back-channel bytes, [out_off_, size) unwritten

@@ -27,10 +27,12 @@ inline uint64_t get_le(const uint8_t *p, int n)
     return v;
 }
 
-/// First bytes on every stream, connector -> listener.
+/// First bytes on every stream, connector -> listener. The listener accepts only its own
+/// version, so both ends of a path always speak the same one. Version 3 (from version 2):
+/// acks carry the receiver's ack delay (BackHeader).
 struct Hello {
     static constexpr uint32_t kMagic = 0x43474c56; // "VLGC"
-    static constexpr uint8_t kVersion = 2;
+    static constexpr uint8_t kVersion = 3;
     static constexpr size_t kSize = 40;
     uint8_t version = kVersion;
     uint8_t nstreams = 0;
@@ -163,8 +165,15 @@ struct FrameHeader {
 
 /// Receiver -> sender, on stream 0 only (the back channel). Header, 24 bytes:
 ///   [0,4) magic "VLGB"  [4] kind  [5] count (kCts: entries 1..8; else 0)  [6,8) zero
-///   [8,12) kAck: generation; kFailoverRequest: the failed path slot  [12,16) zero
+///   [8,12) kAck: generation; kFailoverRequest: the failed path slot
+///   [12,16) kAck: ack delay, us (below); other kinds: zero
 ///   [16,24) kAck: cumulative ack seq; kCts: the group index
+/// Ack delay (since version 3, as QUIC's ACK Delay, RFC 9000 19.3): how long the newest
+/// payload byte this path read before the ack was queued had waited in the receiver's socket
+/// before the receiver read it (kernel receive timestamp to read), in us; 0 when the ack
+/// acknowledges nothing new on this path or the kernel gave no timestamp. It tells the sender
+/// how much of a transfer's time the data waited for the receiver, not for the path. Any
+/// 32-bit value decodes; the sender bounds it by what it can have been (comm_telemetry.cc).
 /// A kCts header is followed by the group: [0,8) first seq, then per entry 16 bytes:
 ///   [0,8) capacity  [8,12) tag  [12,16) zero.
 struct BackHeader {
@@ -178,6 +187,7 @@ struct BackHeader {
     uint8_t kind = kAck;
     uint8_t count = 0;
     uint32_t arg = 0;
+    uint32_t delay_us = 0; ///< kAck: ack delay (above); written as zero for other kinds
     uint64_t value = 0;
 
     void encode(uint8_t *p) const
@@ -187,7 +197,7 @@ struct BackHeader {
         p[5] = count;
         put_le(p + 6, 0, 2);
         put_le(p + 8, arg, 4);
-        put_le(p + 12, 0, 4);
+        put_le(p + 12, kind == kAck ? delay_us : 0, 4);
         put_le(p + 16, value, 8);
     }
     /// Returns nullptr when valid, else what is wrong.
@@ -197,8 +207,10 @@ struct BackHeader {
         kind = p[4];
         count = p[5];
         arg = static_cast<uint32_t>(get_le(p + 8, 4));
+        delay_us = static_cast<uint32_t>(get_le(p + 12, 4));
         value = get_le(p + 16, 8);
-        if (get_le(p + 6, 2) != 0 || get_le(p + 12, 4) != 0) return "non-zero reserved field";
+        if (get_le(p + 6, 2) != 0 || (kind != kAck && delay_us != 0))
+            return "non-zero reserved field";
         if (kind > kGoodbye) return "unknown back-channel kind";
         if (kind == kCts ? (count < 1 || count > kMaxEntries) : count != 0) return "bad entry count";
         return nullptr;

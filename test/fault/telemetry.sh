@@ -3,7 +3,13 @@
 # Telemetry in the lab. Every port is shaped to 800 Mbit/s (so ports, not CPUs, set the pace)
 # and host 0 streams 128 KiB messages to host 1.
 #   degrade PCT   host 0's port 0 cut to PCT % mid-run: its send primary path, and no other
-#                 path of any process, is flagged degraded (registry, via `vigil dump`)
+#                 path of the job, is flagged degraded (registry, via `vigil dump`)
+#   busy-degrade PCT  the same, but once the detector judges (it has a baseline) every CPU
+#                 is saturated by stress-ng (one worker per core, started and stopped by
+#                 PID): under that load no path is flagged or logged degraded before the cut,
+#                 and only the cut one after it
+#   busy          stress-ng as above for 5 s, no cut: nothing is flagged, no rank logs a
+#                 degraded path
 #   idle          the same port cut to 25 %, but only ping-pong traffic (the path is never
 #                 loaded): nothing is flagged
 #   readers       `vigil dump --follow` and `vigil export` run through a failover: the job
@@ -18,6 +24,13 @@ need_root_lab
 if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 2 -P 2 -- "$0" "$@"; fi
 VIGIL=${VIGIL_BIN:?VIGIL_BIN not set}
 export NCCL_DEBUG=INFO VIGIL_WINDOW_US=5000 VIGIL_DEGRADE_PCT=70
+# A busy host is judged over the longest span (64 x 5 ms): stalls no end point can see (the
+# kernel's own network processing waits for a CPU too) then drag an aggregate down less. And
+# at the default threshold (50 %) where the cut allows it: only a cut to half needs 70 %.
+if [[ $1 == busy* ]]; then
+    export VIGIL_DEGRADE_WINDOWS=64
+    [[ ${2:-} == 50 ]] || export VIGIL_DEGRADE_PCT=50
+fi
 for h in 0 1; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 800mbit; done; done
 
 start() { # WORKLOAD ARGS...
@@ -30,32 +43,125 @@ start() { # WORKLOAD ARGS...
     done
     until grep -q "accepted primary" "$OUT.err.0" 2>/dev/null; do sleep 0.05; done
 }
-stop() { for r in 0 1; do kill "${PIDS[r]}" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-# flagged: "pid kind slot device" of every path flagged degraded right now.
+stop() {
+    local r
+    for r in 0 1; do kill "${PIDS[r]}" 2>/dev/null || true; done
+    for r in 0 1; do wait "${PIDS[r]}" 2>/dev/null || true; done
+}
+# The CPU load of the busy cases: one stress-ng CPU worker per core at normal priority,
+# ended by PID (stress-ng stops its workers on SIGTERM; --timeout bounds it anyway).
+LOAD=""
+start_load() {
+    command -v stress-ng >/dev/null ||
+        { echo "SKIP: stress-ng is not installed (scripts/setup.sh installs it)" >&2; exit 77; }
+    stress-ng --cpu "$(nproc)" --timeout 600s --quiet --temp-path "$TMP" &
+    LOAD=$!
+    sleep 1
+    kill -0 "$LOAD" 2>/dev/null || fail "stress-ng did not start"
+}
+stop_load() {
+    [[ -n $LOAD ]] || return 0
+    kill "$LOAD" 2>/dev/null || true
+    wait "$LOAD" 2>/dev/null || true
+    LOAD=""
+}
+trap 'stop_load; rm -rf "$TMP"' EXIT
+# ranks_pids: pids of the vigil-netbench processes of this run (this test's own $TMP names
+# them; other jobs on the host have registries too and must not count).
+ranks_pids() { pgrep -f -- "--rendezvous unix:$TMP/rdv.$RUN_ID.sock" | while read -r p; do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == vigil-netbench ]] && echo "$p"; done; }
+# flagged: "pid kind slot device" of every path of this run flagged degraded right now.
 flagged() {
+    local ours
+    mapfile -t ours < <(ranks_pids)
     "$VIGIL" dump --windows 0 | python3 -c '
 import json, sys
+ours = set(sys.argv[1:])
 for line in sys.stdin:
     r = json.loads(line)
-    if r["type"] == "path" and r["degraded"] and r["state"] != "unused":
-        print(r["pid"], r["kind"], r["slot"], r["device"])'
+    if r["type"] == "path" and r["degraded"] and r["state"] != "unused" and str(r["pid"]) in ours:
+        print(r["pid"], r["kind"], r["slot"], r["device"])' "${ours[@]}"
 }
 sender_pid() { pgrep -f -- "--rank 0 --nranks 2 --rendezvous unix:$TMP/rdv.$RUN_ID.sock" | while read -r p; do
-    [[ $(cat /proc/$p/comm) == vigil-netbench ]] && echo "$p"; done | head -1; }
+    [[ $(cat "/proc/$p/comm") == vigil-netbench ]] && echo "$p"; done | head -1; }
 
-case $1 in
-degrade)
-    pct=$2; rate=$((800 * pct / 100))mbit
+# degraded_warns: the "path degraded" lines the ranks of this run logged so far.
+degraded_warns() { grep -h "path degraded" "$OUT".err.* || true; }
+# judging PID: the newest window of PID's send primary path carries a baseline (the detector
+# is past its warm-up and would flag it), so "nothing flagged" says something.
+judging() {
+    "$VIGIL" dump --windows 1 | python3 -c '
+import json, sys
+paths = {}
+for line in sys.stdin:
+    r = json.loads(line)
+    if str(r.get("pid")) != sys.argv[1]:
+        continue
+    if r["type"] == "path":
+        paths[r["path"]] = (r["kind"], r["slot"])
+    elif paths.get(r["path"]) == ("send", "primary") and r["baseline_Bps"] > 0:
+        sys.exit(0)
+sys.exit(1)' "$1"
+}
+
+# stream LOAD: the bandwidth stream until the detector judges (its warm-up waits for spans the
+# end points hardly held up: seconds on a loaded machine); with LOAD=busy, then 1.5 s more with
+# every CPU saturated. Nothing may be flagged or logged degraded meanwhile.
+stream() {
+    local until=$((SECONDS + 15))
     start --workload bandwidth --bytes 128K --iters 1000000
-    sleep 2.5
+    sleep 1
+    pid=$(sender_pid)
+    until judging "$pid"; do
+        ((SECONDS < until)) || fail "the sender's detector has no baseline after 15 s of the stream"
+        sleep 0.2
+    done
+    if [[ $1 == busy ]]; then
+        start_load
+        sleep 1.5
+    fi
     [[ -z $(flagged) ]] || fail "a path was flagged before any degradation: $(flagged)"
+    [[ -z $(degraded_warns) ]] || fail "degraded before the cut: $(degraded_warns)"
+}
+
+# degrade PCT LOAD SECONDS: the stream, then its port cut to PCT %; waits up to SECONDS for
+# the verdict (each look at the registry takes a while on a loaded host: the deadline is
+# wall-clock).
+degrade() {
+    local until rate=$((800 * $1 / 100))mbit got
+    stream "$2"
     "$NETLAB_SH" degrade 0 0 "$rate"
-    for _ in $(seq 40); do [[ -n $(flagged) ]] && break; sleep 0.1; done
-    got=$(flagged); pid=$(sender_pid)
+    until=$((SECONDS + $3))
+    got=$(flagged)
+    while [[ -z $got ]] && ((SECONDS < until)); do
+        sleep 0.1
+        got=$(flagged)
+    done
     stop
     echo "flagged after cutting host 0 port 0 to $rate: $got"
     [[ $got == "$pid send primary eth0" ]] || fail "expected exactly '$pid send primary eth0' flagged, got '$got'"
     grep -q "path degraded: send primary dev eth0" "$OUT.err.0" || fail "no WARN for the degraded path"
+    if degraded_warns | grep -v "path degraded: send primary dev eth0"; then
+        fail "another path was logged degraded"
+    fi
+}
+
+case $1 in
+degrade)
+    degrade "$2" idle 8
+    ;;
+busy-degrade)
+    degrade "$2" busy 8
+    ;;
+busy)
+    stream busy
+    sleep 3.5
+    got=$(flagged)
+    stop
+    stop_load
+    [[ -z $got ]] || fail "a healthy path was flagged under CPU load: $got"
+    [[ -z $(degraded_warns) ]] || fail "a healthy path was logged degraded under CPU load: $(degraded_warns)"
+    echo "busy: 5 s of saturated CPUs, nothing flagged"
     ;;
 idle)
     "$NETLAB_SH" degrade 0 0 200mbit

@@ -10,9 +10,16 @@
 #include <fcntl.h>
 #include <sys/file.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +28,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,6 +39,9 @@
 #include <utility>
 #include <vector>
 
+#include "recv_comm.h"
+#include "send_comm.h"
+#include "tcp/tcp_path.h"
 #include "telemetry/histogram.h"
 #include "telemetry/registry.h"
 #include "telemetry/window.h"
@@ -117,11 +128,13 @@ public:
 constexpr uint64_t kX = 1'000'000; // bytes per fully busy 1 ms window: 1 GB/s
 constexpr uint64_t kQueued = 1 << 20; // bytes queued on average while busy: bandwidth-bound
 
+// A window in which something completed (a verdict is only taken on such windows).
 WindowRecord win(uint64_t bytes, uint64_t busy = kW, uint64_t queued = kQueued)
 {
     WindowRecord w{};
     w.window_us = static_cast<uint32_t>(kW / 1000);
     w.bytes = bytes;
+    w.ops = 1;
     w.busy_ns = busy;
     w.avg_queued_bytes = queued;
     return w;
@@ -670,6 +683,9 @@ TEST_CASE("meter: the detector's verdict reaches the windows and the sink", "[te
     }
     const double x = 1e6 * 1e9 / 900'000; // bytes/s over busy time at full rate
     CHECK(static_cast<double>(s.windows[29].baseline_bps) == Approx(x).epsilon(0.01));
+    // No baseline is published before the warm-up is over: learning starts after 2k loaded
+    // windows and takes `warmup` of them (2k - 1 + warmup loaded windows).
+    for (int i = 0; i < 30; ++i) CHECK((s.windows[static_cast<size_t>(i)].baseline_bps == 0) == (i < 10));
 }
 
 // =========================================================================================
@@ -683,13 +699,14 @@ TEST_CASE("detector: steady load, a drop, recovery and the k-window hold", "[tel
     DegradeDetector d(cfg);
     const WindowRecord fast = win(kX), slow = win(3 * kX / 10);
 
-    // Nothing is judged before k loaded windows, and no verdict is possible during warmup
-    // (k - 1 + warmup loaded windows), however slow the path.
+    // Nothing is judged before k loaded windows, nothing learned before 2k of them in a row
+    // (the first span may ride on a burst), and no verdict is possible during warmup
+    // (2k - 1 + warmup loaded windows), however slow the path.
     {
         DegradeDetector w(cfg);
-        for (int i = 1; i < k; ++i) w.feed(fast);
+        for (int i = 1; i < 2 * k; ++i) w.feed(fast);
         CHECK(w.baseline() == 0);
-        CHECK(w.judged() == Approx(1e9)); // the partial aggregate is visible, not judged
+        CHECK(w.judged() == Approx(1e9)); // the aggregate is visible, not learned from
         w.feed(fast);
         CHECK(w.baseline() == Approx(1e9));
         CHECK(feed_until(w, win(kX / 10), 1, cfg.warmup - 1) == 0);
@@ -701,14 +718,15 @@ TEST_CASE("detector: steady load, a drop, recovery and the k-window hold", "[tel
     CHECK(d.judged() == Approx(1e9));
 
     // The verdict is on the aggregate of the last k loaded windows: with j slow windows
-    // among them it is ((k - j) + 0.3 j) / k of the rate, so it cannot be flagged before
-    // that falls below fraction x baseline (baseline <= the old rate).
+    // among them it is ((k - j) + 0.3 j) / k of the rate, so it cannot be judged slow before
+    // that falls below fraction x baseline (baseline <= the old rate), and then must stay
+    // slow for k more loaded windows.
     int first_possible = 1;
     while ((static_cast<double>(k - first_possible) + 0.3 * first_possible) / k >= cfg.fraction) ++first_possible;
     const int f1 = feed_until(d, slow, 1, 3 * k);
     INFO("flagged after " << f1 << " slow windows (aggregate crosses after " << first_possible << ")");
-    CHECK(f1 >= first_possible);
-    CHECK(f1 <= k + 2);
+    CHECK(f1 >= first_possible + k - 1);
+    CHECK(f1 <= first_possible + k + 2);
     REQUIRE(d.degraded());
     const double frozen = d.baseline();
     // The EWMA keeps learning from the falling aggregate until the verdict (the transition
@@ -742,7 +760,7 @@ TEST_CASE("detector: steady load, a drop, recovery and the k-window hold", "[tel
         }
     }
     CHECK(f2 >= k);
-    CHECK(f2 <= k + 2);
+    CHECK(f2 <= first_possible + k + 2);
     CHECK(held_slow >= 1);
     const double frozen2 = d.baseline();
     CHECK(feed_until(d, slow, -1, 40) == 0); // stays degraded, baseline frozen
@@ -775,7 +793,8 @@ TEST_CASE("detector: dips shorter than the aggregate can hide are not flagged", 
     CHECK(d.baseline() == Approx(1e9).epsilon(0.1));
 }
 
-TEST_CASE("detector: idle windows never change the verdict or the baseline", "[telemetry]")
+TEST_CASE("detector: windows that are no evidence never change the evidence or a verdict",
+          "[telemetry]")
 {
     const DetectorConfig cfg;
     // A loaded trace with noise, drops and recoveries.
@@ -799,8 +818,13 @@ TEST_CASE("detector: idle windows never change the verdict or the baseline", "[t
     add_rate(40, 0.1e9);
     add_rate(40, 2e9);
 
+    // Both detectors learn the rate first; afterwards a window that is no evidence changes
+    // neither the aggregate judged nor the verdict nor the baseline when it comes. (It does
+    // hold learning back for a span: the load was not continuous.)
     DegradeDetector plain(cfg), mixed(cfg);
-    int ups = 0, downs = 0;
+    REQUIRE(feed_until(plain, win(kX), 1, 100) == 0);
+    REQUIRE(feed_until(mixed, win(kX), 1, 100) == 0);
+    int ups = 0, downs = 0, mixed_ups = 0, mixed_downs = 0;
     std::vector<size_t> diverged;
     for (size_t i = 0; i < trace.size(); ++i) {
         // 0..3 windows that are no evidence first, with rates from nothing to absurd: idle
@@ -823,51 +847,245 @@ TEST_CASE("detector: idle windows never change the verdict or the baseline", "[t
         const int a = plain.feed(trace[i]), b = mixed.feed(trace[i]);
         ups += a > 0;
         downs += a < 0;
-        if (a != b || plain.degraded() != mixed.degraded() || plain.baseline() != mixed.baseline() ||
-            plain.judged() != mixed.judged())
-            diverged.push_back(i);
+        mixed_ups += b > 0;
+        mixed_downs += b < 0;
+        if (plain.judged() != mixed.judged()) diverged.push_back(i);
     }
     CHECK(diverged.empty());
     CHECK(ups >= 3); // the trace does exercise both verdicts
     CHECK(downs >= 3);
+    CHECK(mixed_ups == ups);
+    CHECK(mixed_downs == downs);
 
     // min_busy is the boundary: exactly half the window busy is loaded, one ns less is idle.
     DetectorConfig one;
     one.k = 1;
     one.warmup = 0;
+    // (Learning needs 2k = 2 loaded windows in a row: the second of two boundary windows.)
     DegradeDetector e(one);
+    e.feed(win(kW / 2, kW / 2));
     e.feed(win(123'456, kW / 2 - 1));
+    e.feed(win(kW / 2, kW / 2));
     CHECK(e.baseline() == 0);
     e.feed(win(kW / 2, kW / 2));
     CHECK(e.baseline() == Approx(1e9));
     // min_queued_bytes likewise: one byte short is latency-bound, exactly it is loaded.
     DegradeDetector q(one);
+    q.feed(win(kX, kW, one.min_queued_bytes));
     q.feed(win(kX, kW, one.min_queued_bytes - 1));
+    q.feed(win(kX, kW, one.min_queued_bytes));
     CHECK(q.baseline() == 0);
     q.feed(win(kX, kW, one.min_queued_bytes));
     CHECK(q.baseline() == Approx(1e9));
 }
 
-// DESIGN GAP (window.cc, DegradeDetector::feed): the baseline is an EWMA of every window
-// judged not slow, and a window is only slow below fraction x baseline, so a gradual decline
-// drags the baseline down with it and is never flagged. With the defaults (alpha 0.05,
-// k 8, fraction 0.5) a rate falling by 2 % per loaded window (to 1 % of the original in
-// ~230 windows, i.e. ~0.23 s at 1 ms) is never degraded; 3 %/window is flagged only at
-// ~18 % of the original rate. Fix idea: freeze or floor the baseline (e.g. keep the max of
-// a slow-decaying peak, or stop updating while the aggregate is below the baseline by more
-// than a margin). Remove [!shouldfail] if the design changes.
-TEST_CASE("detector: a gradual decline to a tenth of the rate is flagged", "[telemetry][!shouldfail]")
+// A rate that sinks a little per loaded window once dragged the baseline (a symmetric EWMA)
+// down with it and was never flagged; the baseline now falls 20 times slower than it rises.
+TEST_CASE("detector: a gradual decline is flagged", "[telemetry]")
 {
-    DegradeDetector d;
-    REQUIRE(feed_until(d, win(kX), 1, 200) == 0);
-    double bw = static_cast<double>(kX);
-    bool flagged = false;
-    while (!flagged && bw > 0.1 * static_cast<double>(kX)) {
-        bw *= 0.99;
-        flagged = d.feed(win(static_cast<uint64_t>(bw))) == 1;
+    const double per_window = GENERATE(0.001, 0.01, 0.03);
+    INFO("decline of " << per_window * 100 << " % per loaded window");
+    const double x = static_cast<double>(kX);
+
+    SECTION("before the rate is below 40 % of the original (k 8, up to 1 % per window)")
+    {
+        if (per_window > 0.01) return; // faster: the aggregate's k-window lag is the limit
+        DegradeDetector d;
+        REQUIRE(feed_until(d, win(kX), 1, 200) == 0);
+        double bw = x;
+        int flagged = 0;
+        while (flagged == 0 && bw > 0.3 * x) {
+            bw *= 1 - per_window;
+            flagged = d.feed(win(static_cast<uint64_t>(bw)));
+        }
+        INFO("rate " << bw / x << " of the original, baseline " << d.baseline() / 1e9);
+        CHECK(flagged == 1);
+        CHECK(bw >= 0.4 * x);
     }
-    INFO("rate " << bw / static_cast<double>(kX) << " of the original, baseline " << d.baseline() / 1e9);
-    CHECK(flagged);
+    SECTION("a decline that stops at 40 % is flagged within the hold (k 8 and 32)")
+    {
+        for (int k : {8, 32}) {
+            DetectorConfig cfg;
+            cfg.k = k;
+            DegradeDetector d(cfg);
+            REQUIRE(feed_until(d, win(kX), 1, 200) == 0);
+            double bw = x;
+            bool flagged = false;
+            while (!flagged && bw > 0.4 * x) {
+                bw = std::max(0.4 * x, bw * (1 - per_window));
+                flagged = d.feed(win(static_cast<uint64_t>(bw))) == 1;
+            }
+            if (!flagged) flagged = feed_until(d, win(static_cast<uint64_t>(bw)), 1, 2 * k) > 0;
+            INFO("k " << k << ", baseline " << d.baseline() / 1e9);
+            CHECK(flagged);
+        }
+    }
+}
+
+TEST_CASE("detector: a rate that wanders or steps up is never flagged", "[telemetry]")
+{
+    const int k = GENERATE(8, 32);
+    const double fraction = GENERATE(0.5, 0.7);
+    DetectorConfig cfg;
+    cfg.k = k;
+    cfg.fraction = fraction;
+    INFO("k " << k << ", fraction " << fraction);
+    const double x = static_cast<double>(kX);
+
+    SECTION("+-20 % uniform noise around a steady rate")
+    {
+        DegradeDetector d(cfg);
+        std::mt19937_64 rng(1234);
+        std::uniform_real_distribution<double> noise(0.8, 1.2);
+        int flags = 0;
+        for (int i = 0; i < 20000; ++i)
+            flags += d.feed(win(static_cast<uint64_t>(x * noise(rng)))) != 0;
+        CHECK(flags == 0);
+        CHECK(d.baseline() >= 0.95e9); // it learned the rate: the case is not vacuous
+        CHECK(d.baseline() <= 1.2e9);
+        // ... and the same detector does flag a real drop.
+        CHECK(feed_until(d, win(kX / 5), 1, 4 * k) > 0);
+    }
+    SECTION("a step up by half, then noise around the new rate")
+    {
+        DegradeDetector d(cfg);
+        CHECK(feed_until(d, win(kX), 1, 300) == 0);
+        std::mt19937_64 rng(99);
+        std::uniform_real_distribution<double> noise(0.8, 1.2);
+        int flags = 0;
+        for (int i = 0; i < 5000; ++i)
+            flags += d.feed(win(static_cast<uint64_t>(1.5 * x * noise(rng)))) != 0;
+        CHECK(flags == 0);
+        CHECK(d.baseline() >= 1.4e9); // the faster rate was learned within the run
+    }
+}
+
+// ---- wait time: the end points, not the path, held the data -------------------------------
+
+// A starved cycle: the path moves `kX` bytes in one window, then the transfer waits `idle`
+// windows and the start of the next for a reader (busy, nothing completes), and the
+// completion reports that wait (as the comm does: from the data's arrival to its completion).
+namespace {
+
+void starved_cycle(DegradeDetector &d, int idle, bool report, int *flags)
+{
+    WindowRecord stall = win(0);
+    stall.ops = 0;
+    *flags += d.feed(stall) != 0; // the transfer itself (its bytes count at completion)
+    for (int i = 0; i < idle; ++i) *flags += d.feed(stall) != 0;
+    WindowRecord done = win(kX);
+    done.wait_us = report ? static_cast<uint32_t>((idle + 1) * kW / 1000) : 0;
+    *flags += d.feed(done) != 0;
+}
+
+} // namespace
+
+TEST_CASE("detector: wait time reported with a completion is not the path's", "[telemetry]")
+{
+    DetectorConfig cfg;
+    cfg.k = 32;
+    for (const int idle : {3, 10, 40}) {
+        INFO("the transfer waits " << idle << " windows for its reader");
+        DegradeDetector d(cfg), control(cfg);
+        REQUIRE(feed_until(d, win(kX), 1, 100) == 0);
+        REQUIRE(feed_until(control, win(kX), 1, 100) == 0);
+        int flags = 0, control_flags = 0;
+        for (int c = 0; c < 30; ++c) {
+            starved_cycle(d, idle, true, &flags);
+            starved_cycle(control, idle, false, &control_flags);
+        }
+        CHECK(flags == 0);
+        CHECK_FALSE(d.degraded());
+        CHECK(control_flags > 0); // the same trace without the reports looks like a slow path
+        // The aggregate is the path's own rate again (more where the span cuts a cycle, whose
+        // bytes count at its completion), or nothing to judge when the span holds no time of
+        // the path's own. The baseline did not learn from the starved spans (a path left idle
+        // may move the next burst faster than it sustains).
+        if (idle + 2 <= cfg.k) CHECK(d.judged() >= 0.99e9);
+        CHECK(control.judged() < 0.5e9);
+        CHECK(d.baseline() == Approx(1e9).epsilon(0.01));
+    }
+}
+
+TEST_CASE("detector: the baseline is what the path sustains, not its bursts after idle",
+          "[telemetry]")
+{
+    // A shaped path (token bucket) left idle moves the start of the next burst at line rate:
+    // here each busy period starts with k windows at 3x the rate it sustains.
+    DetectorConfig cfg;
+    cfg.k = 8;
+    DegradeDetector d(cfg);
+    WindowRecord idle = win(0, kW / 10);
+    for (int burst = 0; burst < 50; ++burst) {
+        CHECK(feed_until(d, win(3 * kX), 1, cfg.k) == 0);
+        CHECK(feed_until(d, win(kX), 1, cfg.k + 2) == 0); // the last spans: sustained rate only
+        CHECK(d.feed(idle) == 0);
+    }
+    CHECK(d.armed());
+    CHECK(d.baseline() == Approx(1e9).epsilon(0.01)); // not the bursts' 2x average
+    // So the sustained rate, continuous for a long time, is never flagged.
+    CHECK(feed_until(d, win(3 * kX), 1, cfg.k) == 0);
+    CHECK(feed_until(d, win(kX), 1, 500) == 0);
+}
+
+TEST_CASE("detector: one stall nobody reported drags one span down, not a verdict", "[telemetry]")
+{
+    // The kernel's own network processing, held up on a saturated host, delays data before any
+    // socket timestamps it: no end point reports that wait. One such stall, up to about a span
+    // long, leaves the aggregate below the threshold for less than a span.
+    DetectorConfig cfg;
+    cfg.k = 32;
+    cfg.fraction = 0.7;
+    DegradeDetector d(cfg);
+    REQUIRE(feed_until(d, win(kX), 1, 100) == 0);
+    WindowRecord stall = win(0);
+    stall.ops = 0;
+    for (const int len : {12, 20, 32}) {
+        INFO("an unreported stall of " << len << " windows");
+        CHECK(feed_until(d, stall, 1, len) == 0);
+        CHECK(d.feed(win(kX)) == 0);
+        CHECK(d.judged() < cfg.fraction * d.baseline()); // it does look slow for a while ...
+        CHECK(feed_until(d, win(kX), 1, 3 * cfg.k) == 0); // ... but not for a span
+        CHECK_FALSE(d.degraded());
+    }
+    // A path that stays slow is flagged once that has lasted a span.
+    const int f = feed_until(d, win(kX / 2), 1, 4 * cfg.k);
+    CHECK(f > cfg.k);
+    CHECK(f <= 2 * cfg.k + 2);
+}
+
+TEST_CASE("detector: no verdict while a stall may still be reported", "[telemetry]")
+{
+    DetectorConfig cfg;
+    cfg.k = 8;
+    DegradeDetector d(cfg), control(cfg);
+    REQUIRE(feed_until(d, win(kX), 1, 100) == 0);
+    REQUIRE(feed_until(control, win(kX), 1, 100) == 0);
+    // 50 busy windows in which nothing completes: however slow that looks, no verdict yet.
+    WindowRecord stall = win(0);
+    stall.ops = 0;
+    CHECK(feed_until(d, stall, 1, 50) == 0);
+    CHECK(feed_until(control, stall, 1, 50) == 0);
+    CHECK(d.judged() == 0);
+    // The completion comes with the wait that explains the stall: nothing to flag ...
+    WindowRecord done = win(kX);
+    done.wait_us = 51'000;
+    CHECK(d.feed(done) == 0);
+    CHECK_FALSE(d.degraded());
+    // ... without it, a path that took 51 windows for one window's bytes is slow (and is
+    // flagged once that has lasted a span).
+    CHECK(control.feed(win(kX)) == 0);
+    CHECK(control.judged() < 0.2 * control.baseline());
+    CHECK(feed_until(control, win(kX / 10), 1, 2 * cfg.k) > 0);
+    // A wait reported by a window that is itself no evidence (mostly idle) still belongs to
+    // the loaded windows before it.
+    CHECK(feed_until(d, stall, 1, 20) == 0);
+    WindowRecord tail = win(kX, kW / 10); // the completion, then idle: not loaded
+    tail.wait_us = static_cast<uint32_t>(20'000 + kW / 10 / 1000);
+    CHECK(d.feed(tail) == 0);
+    CHECK(d.feed(win(kX)) == 0);
+    CHECK_FALSE(d.degraded());
+    CHECK(d.judged() > 0.9e9);
 }
 
 TEST_CASE("detector: the link speed caps the baseline", "[telemetry]")
@@ -891,7 +1109,7 @@ TEST_CASE("detector: the link speed caps the baseline", "[telemetry]")
     // 0.1 GB/s is below half the link.
     const int f = feed_until(d, win(kX / 10), 1, 3 * capped.k);
     CHECK(f >= 1);
-    CHECK(f <= capped.k + 2);
+    CHECK(f <= 2 * capped.k + 2);
     CHECK(d.degraded());
 }
 
@@ -1260,6 +1478,7 @@ TEST_CASE("detector: windows the receiving application held back never count", "
         w.window_us = 1000;
         w.busy_ns = 1'000'000;
         w.bytes = bytes;
+        w.ops = 1;
         w.avg_queued_bytes = 1 << 20;
         w.receiver_bound = receiver_bound ? 1 : 0;
         return w;
@@ -1296,4 +1515,313 @@ TEST_CASE("meter: a receiver-bound report marks the window and the detector skip
     CHECK(sink.w[0].receiver_bound == 1);
     CHECK(sink.w[1].receiver_bound == 1);
     CHECK(sink.w[2].receiver_bound == 0);
+}
+
+TEST_CASE("meter: wait time lands in the window of its report", "[telemetry]")
+{
+    RecordingSink s;
+    PathMeter m(kW, &s);
+    m.on_post(kT + 100'000, 4096);
+    m.on_complete(kT + 200'000, kT + 100'000, 4096);
+    m.on_wait(kT + 200'000, 150'000);
+    m.on_wait(kT + 300'000, 2'500'000); // more than the window: the detector's to place
+    m.advance(kT + kW);
+    m.on_wait(kT + kW + 10, 7'000); // a window with nothing but a wait report is emitted
+    m.advance(kT + 2 * kW);
+    REQUIRE(s.windows.size() == 2);
+    CHECK(s.windows[0].wait_us == 2'650);
+    CHECK(s.windows[1].wait_us == 7);
+    CHECK(s.windows[1].ops == 0);
+}
+
+// =========================================================================================
+// Wait time over real TCP: kernel receive timestamps, the ack delay, the comm's drain rule
+// =========================================================================================
+
+namespace {
+
+namespace vn = vigil::net;
+namespace vtcp = vigil::net::tcp;
+
+// A connected pair of non-blocking TCP sockets over loopback: [0] connects, [1] accepted.
+std::array<vtcp::UniqueFd, 2> tcp_pair()
+{
+    vtcp::UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(l.get() >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    REQUIRE(bind(l.get(), reinterpret_cast<sockaddr *>(&a), len) == 0);
+    REQUIRE(listen(l.get(), 1) == 0);
+    REQUIRE(getsockname(l.get(), reinterpret_cast<sockaddr *>(&a), &len) == 0);
+    vtcp::UniqueFd c(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(connect(c.get(), reinterpret_cast<sockaddr *>(&a), len) == 0);
+    vtcp::UniqueFd s(accept4(l.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    REQUIRE(s.get() >= 0);
+    REQUIRE(fcntl(c.get(), F_SETFL, fcntl(c.get(), F_GETFL) | O_NONBLOCK) == 0);
+    const int one = 1;
+    for (int fd : {c.get(), s.get()}) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return {std::move(c), std::move(s)};
+}
+
+// The two halves of one TCP path with `n` streams over loopback.
+struct TcpPath {
+    std::unique_ptr<vtcp::TcpSendPath> send;
+    std::unique_ptr<vtcp::TcpRecvPath> recv;
+    explicit TcpPath(int n)
+    {
+        std::vector<vtcp::UniqueFd> a, b;
+        for (int i = 0; i < n; ++i) {
+            auto p = tcp_pair();
+            a.push_back(std::move(p[0]));
+            b.push_back(std::move(p[1]));
+        }
+        vn::PathIdentity id;
+        id.id = 77;
+        id.dev = 0;
+        id.dev_name = "lo";
+        send = std::make_unique<vtcp::TcpSendPath>(std::move(a), id, 64 * 1024);
+        recv = std::make_unique<vtcp::TcpRecvPath>(std::move(b), id);
+        rx_timestamps_on();
+    }
+    // The kernel turns receive timestamps on for the first socket that asks through a
+    // deferred work item (segments that arrive before it ran carry none), and off again with
+    // the last one: keep a socket that asks open for the whole test process, and wait until
+    // its segments come stamped.
+    static void rx_timestamps_on()
+    {
+        static const bool on = [] {
+            static std::array<vtcp::UniqueFd, 2> keep = tcp_pair();
+            const int one = 1;
+            REQUIRE(setsockopt(keep[1].get(), SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) == 0);
+            for (int i = 0; i < 5000; ++i) {
+                const char c = 'x';
+                REQUIRE(::send(keep[0].get(), &c, 1, 0) == 1);
+                char b[16];
+                alignas(cmsghdr) char ctl[64];
+                iovec iov{b, sizeof(b)};
+                msghdr m{};
+                m.msg_iov = &iov;
+                m.msg_iovlen = 1;
+                m.msg_control = ctl;
+                m.msg_controllen = sizeof(ctl);
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                if (recvmsg(keep[1].get(), &m, MSG_DONTWAIT) > 0 && CMSG_FIRSTHDR(&m) != nullptr)
+                    return true;
+            }
+            return false;
+        }();
+        REQUIRE(on);
+    }
+};
+
+// Receives whole messages into one buffer and acks each at once (what RecvComm does).
+struct AckingSink final : vn::RecvSink {
+    vn::RecvPath *path = nullptr;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 20);
+    std::map<uint64_t, uint64_t> got; // seq -> bytes landed
+    std::map<uint64_t, uint64_t> size;
+    uint64_t floor = 0;
+    vn::Placement locate(uint32_t, uint64_t seq, int32_t, uint64_t sz, int) override
+    {
+        size[seq] = sz;
+        return vn::Placement{vn::Placement::kPlace, buf.data(), 0};
+    }
+    bool still_wanted(uint32_t, uint64_t) override { return true; }
+    int landed(uint64_t seq, uint64_t len, uint32_t gen) override
+    {
+        got[seq] += len;
+        while (got.count(floor) != 0 && got[floor] == size[floor]) ++floor;
+        path->ack(floor, gen);
+        return 0;
+    }
+    vn::Holding generation(uint32_t, uint64_t, int, uint64_t) override { return {}; }
+};
+
+struct AckSink final : vn::SendSink {
+    uint64_t newest = 0;
+    void acked(uint64_t seq) override { newest = std::max(newest, seq); }
+    void held(uint64_t) override {}
+    int cts(const vn::CtsGroup &) override { return 0; }
+};
+
+vn::OutMessage message(uint64_t seq, const uint8_t *data, size_t size)
+{
+    vn::OutMessage m;
+    m.seq = seq;
+    m.tag = 1;
+    m.data = data;
+    m.size = size;
+    m.dest.size = size;
+    return m;
+}
+
+void sleep_ms(int ms)
+{
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+constexpr uint64_t kMsNs = 1'000'000;
+
+} // namespace
+
+TEST_CASE("tcp path: acks carry how long the data waited for its reader", "[telemetry][wait]")
+{
+    TcpPath p(2);
+    AckingSink rs;
+    rs.path = p.recv.get();
+    AckSink ss;
+    const std::vector<uint8_t> data(8192, 0x5a); // fits the socket buffers: written at once
+
+    p.send->post(message(0, data.data(), data.size()));
+    REQUIRE(p.send->progress(ss).error == 0);
+    REQUIRE(p.send->idle());
+    sleep_ms(60); // the data waits in the receiver's socket
+    REQUIRE(p.recv->progress(rs).error == 0);
+    REQUIRE(rs.floor == 1);
+    sleep_ms(40); // the ack waits in the sender's socket
+    vn::PathStatus st = p.send->progress(ss);
+    REQUIRE(st.error == 0);
+    CHECK(ss.newest == 1);
+    CHECK(st.wait_ack == 1);
+    INFO("wait " << st.wait_ns / 1e6 << " ms");
+    CHECK(st.wait_ns >= 100 * kMsNs); // both waits, measured by the kernel's timestamps
+    CHECK(st.wait_ns < 100 * kMsNs + 2000 * kMsNs);
+
+    // A heartbeat repeats the ack without its delay: its own unread time only.
+    p.recv->heartbeat();
+    REQUIRE(p.recv->progress(rs).error == 0);
+    st = p.send->progress(ss);
+    CHECK(st.wait_ack == 1);
+    CHECK(st.wait_ns < 60 * kMsNs);
+
+    // A probe that waited does not date the ack of data that did not.
+    p.send->probe();
+    sleep_ms(60);
+    p.send->post(message(1, data.data(), data.size()));
+    REQUIRE(p.send->progress(ss).error == 0);
+    REQUIRE(p.recv->progress(rs).error == 0);
+    REQUIRE(rs.floor == 2);
+    st = p.send->progress(ss);
+    CHECK(st.wait_ack == 2);
+    CHECK(st.wait_ns < 60 * kMsNs);
+}
+
+namespace {
+
+// Sum of wait_us over every window the registry holds for the send path of `comm`.
+uint64_t charged_wait_us(const vn::SendComm *comm)
+{
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(vt::Registry::instance().path(), &why) == 0);
+    const PathEntry *e = find_entry(v, reinterpret_cast<uintptr_t>(comm));
+    REQUIRE(e != nullptr);
+    uint64_t sum = 0;
+    const uint64_t head = e->ring.head.load();
+    for (uint64_t k = head > kRingCapacity ? head - kRingCapacity : 0; k < head; ++k) {
+        WindowRecord w;
+        if (RegistryView::read(*e, k, &w)) sum += w.wait_us;
+    }
+    return sum;
+}
+
+// A sendComm and recvComm over one TCP loopback path, telemetry on (1 ms windows).
+struct TcpConn {
+    std::unique_ptr<vn::SendComm> send;
+    std::unique_ptr<vn::RecvComm> recv;
+    TcpConn()
+    {
+        registry();
+        TcpPath p(1);
+        vn::SendPaths sp;
+        vn::RecvPaths rp;
+        sp.paths[vn::kPrimary] = std::move(p.send);
+        rp.paths[vn::kPrimary] = std::move(p.recv);
+        rp.devs = {{0, -1}};
+        vn::TelemetryConfig tc;
+        tc.window_ns = kW;
+        send = std::make_unique<vn::SendComm>(std::move(sp), rp.devs, vn::FailoverConfig{}, tc);
+        const std::array<int, vn::kMaxPaths> devs{{0, -1}};
+        recv = std::make_unique<vn::RecvComm>(std::move(rp), devs, vn::FailoverConfig{}, tc);
+    }
+    vn::Request *post_recv(std::vector<uint8_t> &buf)
+    {
+        void *d = buf.data();
+        const size_t sz = buf.size();
+        const int tag = 1;
+        vn::MemRegion *mr = nullptr;
+        vn::Request *r = nullptr;
+        REQUIRE(recv->irecv(1, &d, &sz, &tag, &mr, &r) == 0);
+        REQUIRE(r != nullptr);
+        return r;
+    }
+    vn::Request *post_send(const std::vector<uint8_t> &buf)
+    {
+        vn::Request *r = nullptr;
+        for (int i = 0; i < 1000 && r == nullptr; ++i) {
+            REQUIRE(send->isend(buf.data(), buf.size(), 1, nullptr, &r) == 0);
+            if (r == nullptr) sleep_ms(1);
+        }
+        REQUIRE(r != nullptr);
+        return r;
+    }
+    static void wait_done(vn::Comm &c, vn::Request *r)
+    {
+        int done = 0;
+        for (int i = 0; i < 5000 && done == 0; ++i) {
+            REQUIRE(c.test(r, &done, nullptr) == 0);
+            if (done == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        REQUIRE(done == 1);
+    }
+    // Lets the send path's windows close: progress a little later (isend of an unmatched tag).
+    void close_windows()
+    {
+        sleep_ms(3);
+        vn::Request *r = nullptr;
+        std::vector<uint8_t> none(1);
+        REQUIRE(send->isend(none.data(), none.size(), 9, nullptr, &r) == 0);
+        REQUIRE(r == nullptr);
+    }
+};
+
+} // namespace
+
+TEST_CASE("send comm: the end points' wait counts only when an ack leaves nothing in flight",
+          "[telemetry][wait]")
+{
+    std::vector<uint8_t> data(8192, 0x33), in1(8192), in2(8192);
+    SECTION("the ack of the last message in flight: charged")
+    {
+        TcpConn c;
+        vn::Request *rr = c.post_recv(in1);
+        vn::Request *sr = c.post_send(data);
+        sleep_ms(100); // nothing reads the data
+        TcpConn::wait_done(*c.recv, rr);
+        TcpConn::wait_done(*c.send, sr);
+        c.close_windows();
+        const uint64_t w = charged_wait_us(c.send.get());
+        INFO("charged " << w << " us");
+        CHECK(w >= 100'000);
+        CHECK(w < 100'000 + 2'000'000);
+    }
+    SECTION("an ack while another message is in flight: the path was busy, not charged")
+    {
+        TcpConn c;
+        vn::Request *rr1 = c.post_recv(in1);
+        vn::Request *rr2 = c.post_recv(in2);
+        vn::Request *sr1 = c.post_send(data);
+        sleep_ms(100);
+        TcpConn::wait_done(*c.recv, rr1); // acks message 0 with a 100 ms delay ...
+        vn::Request *sr2 = c.post_send(data); // ... read when message 1 is already posted
+        TcpConn::wait_done(*c.send, sr1);
+        TcpConn::wait_done(*c.recv, rr2);
+        TcpConn::wait_done(*c.send, sr2);
+        c.close_windows();
+        const uint64_t w = charged_wait_us(c.send.get());
+        INFO("charged " << w << " us");
+        CHECK(w < 100'000);
+    }
 }

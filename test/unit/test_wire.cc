@@ -357,3 +357,29 @@ TEST_CASE("BackHeader round trip, bounds and bad fields", "[wire]")
     b[13] = 1;
     CHECK_THAT(std::string(out.decode(b.data())), Catch::Contains("reserved"));
 }
+
+TEST_CASE("BackHeader: acks carry the ack delay, no other kind does", "[wire]")
+{
+    std::array<uint8_t, BackHeader::kSize> b{};
+    BackHeader ack;
+    ack.kind = BackHeader::kAck;
+    ack.value = 42;
+    for (uint32_t d : {0u, 1u, 123'456u, 0xffffffffu}) {
+        ack.delay_us = d;
+        ack.encode(b.data());
+        CHECK(get_le(b.data() + 12, 4) == d);
+        BackHeader out;
+        REQUIRE(out.decode(b.data()) == nullptr);
+        CHECK(out.delay_us == d);
+        CHECK(out.value == 42);
+    }
+    // Another kind never writes a delay, and one that carries one is refused.
+    BackHeader req;
+    req.kind = BackHeader::kFailoverRequest;
+    req.delay_us = 7;
+    req.encode(b.data());
+    CHECK(get_le(b.data() + 12, 4) == 0);
+    put_le(b.data() + 12, 7, 4);
+    BackHeader out;
+    CHECK_THAT(std::string(out.decode(b.data())), Catch::Contains("reserved"));
+}
