@@ -1637,6 +1637,7 @@ struct AckingSink final : vn::RecvSink {
         return 0;
     }
     vn::Holding generation(uint32_t, uint64_t, int, uint64_t) override { return {}; }
+    int whole(uint32_t, uint64_t, int32_t, uint64_t, int) override { return -EPROTO; } // TCP: none
 };
 
 struct AckSink final : vn::SendSink {
