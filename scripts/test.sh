@@ -1,28 +1,120 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Runs every test suite (unit, functional, lab) and ends with "N passed, N failed".
-# Lab tests need root (network namespaces); without it they are skipped (exit 77) and counted
-# as skipped.
+# Runs every test suite and ends with one line, "N passed, N failed, N skipped", summed over
+# the phases below (each test as meson counts it; a phase that could not build or run its tests
+# counts as one failure).
+#
+#   usage: scripts/test.sh [PHASE...]   (default: every phase, in this order)
+#     default   ./build (the developers' build, -Dwerror=true): unit, functional, lab, fault,
+#               telemetry and soak suites. Lab tests need root (network namespaces); without it
+#               they skip (exit 77).
+#     release   ./build-release (-Dbuildtype=release -Dwerror=true, what users build): compiles
+#               warning-free and its installed tree passes the install-tree test.
+#     sanitize  scripts/sanitize.sh: build-asan (ASan + UBSan) unit and functional suites,
+#               build-tsan (ThreadSanitizer) unit programs.
+#     rxe       scripts/rxe/run-suite.sh on build-asan: the verbs suite in the RDMA lab's guest
+#               on Soft-RoCE (skipped, counted once, when qemu or the guest kernel cannot be
+#               installed).
+#     fuzz      scripts/fuzz.sh --ci: every libFuzzer target for 15 s from its seed corpus.
+#   Extra meson test arguments for the default phase: VIGIL_TEST_ARGS.
+# Exit status: 0 when no phase failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh || exit 1
 
-meson test -C build --print-errorlogs "$@"
-rc=$?
+phases=("$@")
+((${#phases[@]})) || phases=(default release sanitize rxe fuzz)
+for p in "${phases[@]}"; do
+    case $p in
+    default | release | sanitize | rxe | fuzz) ;;
+    -h | --help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown phase '$p' (default release sanitize rxe fuzz)" >&2; exit 2 ;;
+    esac
+done
 
-python3 - build/meson-logs/testlog.json <<'PY'
+scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+
+logs=()         # the meson test logs to sum, one per phase that ran tests
+broken=0        # phases that failed without a log of failed tests to show for it
+skipped_extra=0 # phases skipped as a whole
+status=0
+secs() { echo $(($(date +%s) - $1)); }
+
+# ran PHASE LOG RC: record a phase's result. A non-zero status with no failed test in its log
+# (a build or setup failure, a dead guest) counts as one failure of its own.
+ran() {
+    local phase=$1 log=$2 rc=$3
+    [[ -f $log ]] && logs+=("$log")
+    ((rc == 0)) && return
+    status=1
+    if [[ ! -f $log ]] || ! python3 - "$log" <<'PY'; then
 import json, sys
-passed = failed = skipped = 0
-with open(sys.argv[1]) as f:
-    for line in f:
-        r = json.loads(line)
-        res = r.get("result")
-        if res in ("OK", "EXPECTEDFAIL"):
-            passed += 1
-        elif res == "SKIP":
-            skipped += 1
-        else:
-            failed += 1
+bad = [r for r in map(json.loads, open(sys.argv[1])) if r.get("result") not in ("OK", "EXPECTEDFAIL", "SKIP")]
+sys.exit(0 if bad else 1)
+PY
+        echo "test.sh: phase $phase failed (status $rc) outside its tests" >&2
+        broken=$((broken + 1))
+    fi
+}
+
+for p in "${phases[@]}"; do
+    t0=$(date +%s)
+    echo "=== test.sh: phase $p" >&2
+    case $p in
+    default)
+        rm -f build/meson-logs/testlog.json
+        # shellcheck disable=SC2086 # VIGIL_TEST_ARGS is a word list
+        meson test -C build --print-errorlogs ${VIGIL_TEST_ARGS:-}
+        ran default build/meson-logs/testlog.json $?
+        ;;
+    release)
+        rm -f build-release/meson-logs/testlog.json
+        rc=0
+        if [[ ! -f build-release/build.ninja ]]; then
+            meson setup build-release -Dbuildtype=release -Dwerror=true >/dev/null || rc=$?
+        fi
+        ((rc == 0)) && { ninja -C build-release >build-release/release-build.log 2>&1 ||
+            { rc=$?; tail -40 build-release/release-build.log >&2; }; }
+        ((rc == 0)) && { meson test -C build-release --no-rebuild --print-errorlogs install-tree || rc=$?; }
+        ran release build-release/meson-logs/testlog.json "$rc"
+        ;;
+    sanitize)
+        rm -f build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json
+        scripts/sanitize.sh
+        rc=$?
+        [[ -f build-asan/meson-logs/testlog.json ]] && logs+=(build-asan/meson-logs/testlog.json)
+        ran sanitize build-tsan/meson-logs/testlog.json "$rc"
+        ;;
+    rxe)
+        VIGIL_RXE_BUILD=build-asan scripts/rxe/run-suite.sh
+        rc=$?
+        if ((rc == 77)); then
+            skipped_extra=$((skipped_extra + 1))
+        else
+            ran rxe build-asan/meson-logs/rxe-testlog.json "$rc"
+        fi
+        ;;
+    fuzz)
+        rm -f build-fuzz/meson-logs/testlog.json
+        scripts/fuzz.sh --ci
+        ran fuzz build-fuzz/meson-logs/testlog.json $?
+        ;;
+    esac
+    echo "=== test.sh: phase $p: $(secs "$t0") s" >&2
+done
+
+python3 - "$broken" "$skipped_extra" "${logs[@]}" <<'PY'
+import json, sys
+passed, failed, skipped = 0, int(sys.argv[1]), int(sys.argv[2])
+for path in sys.argv[3:]:
+    with open(path) as f:
+        for line in f:
+            res = json.loads(line).get("result")
+            if res in ("OK", "EXPECTEDFAIL"):
+                passed += 1
+            elif res == "SKIP":
+                skipped += 1
+            else:
+                failed += 1
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 PY
-exit $rc
+exit $status

@@ -5,6 +5,7 @@
 # guest once, builds the rxe topology there and runs `meson test --suite verbs` inside. Its
 # output streams; it ends with the time of each phase and meson's summary.
 #
+# Results: BUILD/meson-logs/rxe-testlog.json (a build's own testlog.json is left alone).
 # Exit status: meson's; 77 only when qemu or the kernel package cannot be installed (the
 # reason is printed); 124 / 125 when the guest timed out / died; 1 when the build fails.
 # Environment: VIGIL_RXE_BUILD (build directory, default build/rxe-asan), and vm.sh's
@@ -39,12 +40,12 @@ ninja -C "$build" test/verbs/vigil-verbs-lab test/verbs/vigil-verbs-comm net_plu
 t2=$(now)
 
 mkdir -p "$build/meson-logs"
-rm -f "$build/meson-logs/testlog.json" # a dead guest must not leave a stale result behind
+rm -f "$build/meson-logs/rxe-testlog.json" # a dead guest must not leave a stale result behind
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 export VIGIL_VERBS_REQUIRE_ASAN=1
 VIGIL_RXE_ENV="VIGIL_VERBS_REQUIRE_ASAN" VIGIL_RXE_SHARE_RW="$src/$build/meson-logs" \
-    scripts/rxe/vm.sh "scripts/rxe/topo.sh up && meson test -C '$build' --no-rebuild --suite verbs --print-errorlogs $*" \
+    scripts/rxe/vm.sh "scripts/rxe/topo.sh up && meson test -C '$build' --no-rebuild --suite verbs --print-errorlogs --logbase rxe-testlog $*" \
     2> >(tee -a "$out" >&2) | tee -a "$out"
 rc=${PIPESTATUS[0]}
 t3=$(now)

@@ -999,11 +999,14 @@ TEST_CASE("detector: wait time reported with a completion is not the path's", "[
         CHECK(control_flags > 0); // the same trace without the reports looks like a slow path
         // The aggregate is the path's own rate again (more where the span cuts a cycle, whose
         // bytes count at its completion), or nothing to judge when the span holds no time of
-        // the path's own. The baseline did not learn from the starved spans (a path left idle
-        // may move the next burst faster than it sustains).
+        // the path's own. The baseline learns what the spans moved with the wait left in (a
+        // path left idle may move the next burst faster than it sustains): it may sink a
+        // little, which only makes the detector less sensitive, and never rises above the
+        // path's rate.
         if (idle + 2 <= cfg.k) CHECK(d.judged() >= 0.99e9);
         CHECK(control.judged() < 0.5e9);
-        CHECK(d.baseline() == Approx(1e9).epsilon(0.01));
+        CHECK(d.baseline() <= 1.01e9);
+        CHECK(d.baseline() >= 0.9e9);
     }
 }
 

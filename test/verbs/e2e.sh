@@ -98,8 +98,9 @@ port() { "$TOPO" port "$1" "$2"; [[ $2 == up ]] && "$TOPO" wait "$1" active 20; 
 case $CASE in
 api)
     v=${2:?version}
-    for w in "latency --bytes 8 --iters 100" "bandwidth --min-bytes 4K --max-bytes 256K --factor 4 --iters 5" \
-        "allreduce --bytes 2M --iters 2" "multirecv --iters 10"; do
+    # Small: every version runs every workload, and the emulated link is slow.
+    for w in "latency --bytes 8 --iters 50" "bandwidth --min-bytes 4K --max-bytes 256K --factor 8 --iters 4" \
+        "allreduce --bytes 1M --iters 2" "multirecv --iters 6"; do
         # shellcheck disable=SC2086
         start --api-version "$v" --check --workload $w
         finish_ok

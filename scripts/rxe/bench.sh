@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# bench.sh  (run INSIDE the lab's guest, after topo.sh up)  The verbs fabric against perftest
+# on the same rxe link, side by side in one run, and its failover time. A benchmark, not a
+# test: it prints Markdown tables with the ratios.
+#   bandwidth  ib_write_bw vs vigil-netbench's bandwidth workload (rank 0 -> rank 1, one
+#              direction), alternating ROUNDS times per size; medians and vigil/perftest
+#   latency    ib_write_lat vs vigil-netbench's latency workload (8-byte ping-pong), RTT/2
+#              p50 both, alternating ROUNDS times
+#   failover   FAULTS port faults (rank 0's primary port down, then up) under a looping
+#              all-reduce: per fault the time from the port going down to the plugin's
+#              failover (detection) and from the failover to the first replayed message
+#              acknowledged (the plugin's own INFO line); median and p99
+# From the host:  scripts/rxe/vm.sh 'scripts/rxe/topo.sh up && scripts/rxe/bench.sh'
+# Environment: BENCH_BUILD (build directory, default build), ROUNDS (3), FAULTS (24),
+# BENCH_TESTS (default "bandwidth latency failover"), BENCH_WINDOW (netbench requests in
+# flight, default 32: NCCL's NCCL_NET_MAX_REQUESTS).
+# Everything runs under the emulated CPU (TCG): compare the ratios, not the absolute figures.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${BENCH_BUILD:-build}
+nb=$PWD/$build/test/netbench/vigil-netbench
+plugin=$PWD/$build/net_plugin/libnccl-net-vigil.so
+topo=$PWD/scripts/rxe/topo.sh
+rounds=${ROUNDS:-3}
+faults=${FAULTS:-24}
+window=${BENCH_WINDOW:-32}
+tests=${BENCH_TESTS:-bandwidth latency failover}
+tmp=$(mktemp -d /tmp/vigil-rxe-bench.XXXXXX)
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    "$topo" port a0 up >/dev/null 2>&1 || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+[[ -x $nb && -f $plugin ]] || { echo "bench: build $build first (ninja -C $build)" >&2; exit 1; }
+export VIGIL_FABRIC=verbs VIGIL_IB_RETRY_CNT=5 VIGIL_IB_TIMEOUT=14
+hca=("=rxe_a0,rxe_a1" "=rxe_b0,rxe_b1")
+median() { python3 -c 'import statistics,sys; v=[float(x) for x in sys.argv[1:]]; print(statistics.median(v) if v else 0)' "$@"; }
+json() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
+mhz=$(awk -F: '/^cpu MHz/ {print $2 + 0; exit}' /proc/cpuinfo)
+
+# vigil RUN_ARGS...: both ranks of vigil-netbench; prints rank 0's summary file.
+n=0
+vigil() {
+    n=$((n + 1))
+    local r
+    pids=()
+    for r in 1 0; do
+        VIGIL_IB_HCA=${hca[r]} "$nb" --plugin "$plugin" --rank "$r" --nranks 2 \
+            --rendezvous "unix:$tmp/rdv.$n" --timeout 300 "$@" >"$tmp/out$n.$r" 2>"$tmp/err$n.$r" &
+        pids[r]=$!
+    done
+    wait "${pids[0]}" "${pids[1]}"
+    pids=()
+    echo "$tmp/out$n.0"
+}
+# perftest TOOL SIZE ARGS...: server on rxe_b0, client on rxe_a0 (RoCE v2 GID 1); prints the
+# client's result line.
+perftest() {
+    local tool=$1 size=$2
+    shift 2
+    "$tool" -d rxe_b0 -x 1 -F -s "$size" "$@" >/dev/null 2>&1 &
+    local srv=$!
+    sleep 1
+    timeout 300 "$tool" -d rxe_a0 -x 1 -F -s "$size" "$@" 10.10.0.2 2>/dev/null | awk -v s="$size" '$1 == s'
+    wait "$srv" 2>/dev/null
+}
+
+if [[ $tests == *bandwidth* ]]; then
+    echo "| bandwidth | ib_write_bw (Gbit/s) | vigil verbs (Gbit/s) | vigil / perftest |"
+    echo "|---|---|---|---|"
+    for size in 65536 1048576; do
+        iters=$((size >= 1048576 ? 60 : 600))
+        pb=() vb=()
+        for ((k = 0; k < rounds; k++)); do
+            # Duration mode: perftest's own rate needs a clock sample that TCG often spoils
+            # (it then prints 0); the message count it completed in the duration does not.
+            line=$(perftest ib_write_bw "$size" -q 1 -D 5 --report_gbits)
+            g=$(awk '{ if ($4 > 0) print $4; else if ($2 > 0) print $2 * $1 * 8 / 5 / 1e9 }' <<<"$line")
+            [[ -n $g ]] && pb+=("$g")
+            f=$(vigil --workload bandwidth --bytes "$size" --iters "$iters" --window "$window")
+            vb+=("$(python3 -c "print($(json "$f" gbps) * 8)")")
+        done
+        p=$(median "${pb[@]}") v=$(median "${vb[@]}")
+        printf '| %s B, %d messages, median of %d | %.4f | %.4f | %.2f |\n' "$size" "$iters" "$rounds" "$p" "$v" \
+            "$(python3 -c "print($v / $p if $p > 0 else 0)")"
+    done
+    echo
+fi
+
+if [[ $tests == *latency* ]]; then
+    echo "| latency, 8 B | ib_write_lat p50 (us) | vigil verbs p50 (us) | vigil / perftest |"
+    echo "|---|---|---|---|"
+    pl=() vl=()
+    for ((k = 0; k < rounds; k++)); do
+        line=$(perftest ib_write_lat 8 -n 1000 -C)
+        # columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9 (cycles)
+        c=$(awk '{print $5}' <<<"$line")
+        [[ -n $c ]] && pl+=("$(python3 -c "print($c / $mhz)")")
+        f=$(vigil --workload latency --bytes 8 --iters 1000)
+        vl+=("$(json "$f" lat_p50_us)")
+    done
+    p=$(median "${pl[@]}") v=$(median "${vl[@]}")
+    printf '| 1000 round trips, median of %d runs | %.1f | %.1f | %.2f |\n' "$rounds" "$p" "$v" \
+        "$(python3 -c "print($v / $p if $p > 0 else 0)")"
+    echo
+fi
+
+if [[ $tests == *failover* ]]; then
+    export NCCL_DEBUG=INFO VIGIL_FAILBACK_HOLD_MS=200 VIGIL_FATAL_TIMEOUT_MS=30000
+    n=$((n + 1))
+    for r in 1 0; do
+        VIGIL_IB_HCA=${hca[r]} "$nb" --plugin "$plugin" --rank "$r" --nranks 2 --rendezvous "unix:$tmp/rdv.$n" \
+            --timeout 3000 --workload allreduce --bytes 1M --loop >"$tmp/out$n.$r" 2>"$tmp/err$n.$r" &
+        pids[r]=$!
+    done
+    err=$tmp/err$n.0
+    until grep -q "accepted primary" "$err" 2>/dev/null; do sleep 0.2; done
+    sleep 2
+    mono() { python3 -c 'import time; print(f"{time.monotonic():.6f}")'; }
+    count() { grep -c -- "$1" "$err" || true; }
+    : >"$tmp/down_at"
+    for ((i = 1; i <= faults; i++)); do
+        mono >>"$tmp/down_at"
+        "$topo" port a0 down
+        until (($(count "failover: primary dev rxe_a0:1") >= i)); do sleep 0.05; done
+        sleep 0.5
+        "$topo" port a0 up
+        "$topo" wait a0 active 30 || break
+        until (($(count "failback to primary dev rxe_a0:1") >= i)); do sleep 0.05; done
+        sleep 0.5
+    done
+    kill -USR1 "${pids[0]}"
+    wait "${pids[0]}" "${pids[1]}"
+    ok=$(json "$tmp/out$n.0" ok)
+    pids=()
+    python3 - "$tmp/down_at" "$err" "$faults" "$ok" <<'PY'
+import re, statistics, sys
+down = [float(x) for x in open(sys.argv[1]) if x.strip()]
+text = open(sys.argv[2]).read()
+acked = [(float(m.group(2)), float(m.group(1)) / 1e3) for m in re.finditer(
+    r"first replayed message acknowledged ([0-9.]+) us after the failure was detected \(generation \d+, "
+    r"detected at monotonic ([0-9.]+) s", text)]
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
+detect = []
+for t_det, _ in acked:
+    before = [d for d in down if d <= t_det]
+    if before:
+        detect.append((t_det - before[-1]) * 1e3)
+switch = [ms for _, ms in acked]
+print(f"| failover, {sys.argv[3]} port faults, run ok: {sys.argv[4]} | median (ms) | p99 (ms) | samples |")
+print("|---|---|---|---|")
+print(f"| port down -> failover (the port event, under TCG) | {statistics.median(detect):.1f} | {pct(detect, 99):.1f} | {len(detect)} |"
+      if detect else "| port down -> failover | n/a | n/a | 0 |")
+print(f"| failover -> first replayed message acknowledged | {statistics.median(switch):.1f} | {pct(switch, 99):.1f} | {len(switch)} |"
+      if switch else "| failover -> first replayed message acknowledged | n/a | n/a | 0 |")
+print(f"\n({len(down)} faults; a failover with nothing in flight has no replay to time)")
+PY
+fi
