@@ -34,7 +34,12 @@ int DegradeDetector::feed(const WindowRecord &w)
         loaded_run_ = 0;
         return 0;
     }
-    ++loaded_run_;
+    if (++loaded_run_ <= cfg_.settle) {
+        // The start of a busy period: a path left idle moves it faster than it sustains (a
+        // token-bucket shaper refilled meanwhile), so it is no evidence either way.
+        attribute_wait(wait - std::min(wait, w.busy_ns));
+        return 0;
+    }
     const int k = std::clamp(cfg_.k, 1, kMaxK);
     if (n_ == k) {
         sum_bytes_ -= bytes_[pos_];
@@ -73,13 +78,10 @@ int DegradeDetector::feed(const WindowRecord &w)
         // The baseline learns only from clearly healthy aggregates (at least midway between the
         // threshold and the baseline), so a slide into degradation does not drag it down.
         const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
-        // ... and only from what the path sustains: a path left idle moves the next burst
-        // faster than that (a token-bucket shaper refilled meanwhile). So the span must start
-        // a span after the load did, and what is learned keeps the end points' wait in: the
-        // wait idled the path too, and taken out it would credit the next burst to the path.
-        // On a busy host that makes the baseline low, the detector less sensitive: never
-        // wrong in the other direction.
-        if (!slow && healthy && loaded_run_ >= 2 * k) {
+        // What is learned keeps the end points' wait in: the wait idled the path too, and
+        // taken out it would credit the burst after it to the path. On a busy host that makes
+        // the baseline low, the detector less sensitive: never wrong in the other direction.
+        if (!slow && healthy) {
             const double x = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
             ++healthy_seen_;
             if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {

@@ -56,7 +56,10 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// Evidence. Only *loaded* windows count: at least `min_busy` of the window had data in flight
 /// and, while busy, at least `min_queued_bytes` were queued on average, so neither idleness nor
 /// latency-bound traffic (a ping-pong keeps one small message in flight half the time) is
-/// mistaken for slowness. The judged value is the busy-time bandwidth aggregated over the last
+/// mistaken for slowness. The first `settle` loaded windows of each busy period (after a
+/// window that was not loaded) do not count either: a path left idle moves them faster than
+/// it sustains (a token-bucket shaper refills its bucket meanwhile; the lab's tbf holds 10 ms
+/// of traffic), and the baseline must be what the path sustains. The judged value is the busy-time bandwidth aggregated over the last
 /// `k` loaded windows: their bytes over their busy time minus their wait time (single short
 /// windows are too lumpy when a message takes longer than a window).
 ///
@@ -82,11 +85,8 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// window is flagged, and one of 0.1 % per window or more before the rate is below 40 % of
 /// what it was. Slower declines (at 1 ms windows, over more than a few seconds of load) are
 /// followed, as a change of workload must be; noise around a steady rate only biases the
-/// baseline a little upwards. It learns only what the path sustains, since a path left idle
-/// moves the next burst faster than that (a token-bucket shaper refills meanwhile): the spans
-/// judged healthy (at least midway between the threshold and the baseline,
-/// (1 + fraction) / 2 x baseline) that start at least `k` loaded windows after the load did
-/// (no idle or unloaded window in the last 2k), and their bandwidth with the wait time left
+/// baseline a little upwards. It learns the spans judged healthy (at least midway between
+/// the threshold and the baseline, (1 + fraction) / 2 x baseline), with the wait time left
 /// in (the wait idled the path too). On a busy host the baseline is then low and the detector
 /// less sensitive, never the other way round: the verdict takes the wait out, the baseline
 /// does not. Nothing else, and nothing while degraded, feeds the baseline. It never exceeds
@@ -105,6 +105,7 @@ struct DetectorConfig {
     double ewma_alpha = 0.05;        ///< baseline rise per healthy aggregate above it
     double ewma_alpha_down = 0.0025; ///< baseline fall per healthy aggregate below it
     int warmup = 16;                 ///< healthy loaded windows before a verdict is possible
+    int settle = 8;                  ///< loaded windows at the start of a busy period ignored
     double link_bytes_per_s = 0;     ///< 0: no cap
 };
 

@@ -683,9 +683,11 @@ TEST_CASE("meter: the detector's verdict reaches the windows and the sink", "[te
     }
     const double x = 1e6 * 1e9 / 900'000; // bytes/s over busy time at full rate
     CHECK(static_cast<double>(s.windows[29].baseline_bps) == Approx(x).epsilon(0.01));
-    // No baseline is published before the warm-up is over: learning starts after 2k loaded
-    // windows and takes `warmup` of them (2k - 1 + warmup loaded windows).
-    for (int i = 0; i < 30; ++i) CHECK((s.windows[static_cast<size_t>(i)].baseline_bps == 0) == (i < 10));
+    // No baseline is published before the warm-up is over: the first `settle` loaded windows
+    // are no evidence, judging starts with a full span of k after them, and learning takes
+    // `warmup` judgements (window index settle + k - 2 + warmup is the first published).
+    const int first = cfg.settle + cfg.k - 2 + cfg.warmup;
+    for (int i = 0; i < 30; ++i) CHECK((s.windows[static_cast<size_t>(i)].baseline_bps == 0) == (i < first));
 }
 
 // =========================================================================================
@@ -796,7 +798,10 @@ TEST_CASE("detector: dips shorter than the aggregate can hide are not flagged", 
 TEST_CASE("detector: windows that are no evidence never change the evidence or a verdict",
           "[telemetry]")
 {
-    const DetectorConfig cfg;
+    // settle 0: with it, a window that is not loaded ends a busy period and the next loaded
+    // ones settle (tested with the bursts after idle below).
+    DetectorConfig cfg;
+    cfg.settle = 0;
     // A loaded trace with noise, drops and recoveries.
     std::mt19937_64 rng(99);
     std::vector<WindowRecord> trace;
@@ -861,19 +866,15 @@ TEST_CASE("detector: windows that are no evidence never change the evidence or a
     DetectorConfig one;
     one.k = 1;
     one.warmup = 0;
-    // (Learning needs 2k = 2 loaded windows in a row: the second of two boundary windows.)
+    one.settle = 0;
     DegradeDetector e(one);
-    e.feed(win(kW / 2, kW / 2));
     e.feed(win(123'456, kW / 2 - 1));
-    e.feed(win(kW / 2, kW / 2));
     CHECK(e.baseline() == 0);
     e.feed(win(kW / 2, kW / 2));
     CHECK(e.baseline() == Approx(1e9));
     // min_queued_bytes likewise: one byte short is latency-bound, exactly it is loaded.
     DegradeDetector q(one);
-    q.feed(win(kX, kW, one.min_queued_bytes));
     q.feed(win(kX, kW, one.min_queued_bytes - 1));
-    q.feed(win(kX, kW, one.min_queued_bytes));
     CHECK(q.baseline() == 0);
     q.feed(win(kX, kW, one.min_queued_bytes));
     CHECK(q.baseline() == Approx(1e9));
@@ -1014,21 +1015,31 @@ TEST_CASE("detector: the baseline is what the path sustains, not its bursts afte
           "[telemetry]")
 {
     // A shaped path (token bucket) left idle moves the start of the next burst at line rate:
-    // here each busy period starts with k windows at 3x the rate it sustains.
+    // here each busy period starts with `settle` windows at 3x the rate it sustains.
     DetectorConfig cfg;
     cfg.k = 8;
     DegradeDetector d(cfg);
     WindowRecord idle = win(0, kW / 10);
     for (int burst = 0; burst < 50; ++burst) {
-        CHECK(feed_until(d, win(3 * kX), 1, cfg.k) == 0);
+        CHECK(feed_until(d, win(3 * kX), 1, cfg.settle) == 0);
         CHECK(feed_until(d, win(kX), 1, cfg.k + 2) == 0); // the last spans: sustained rate only
         CHECK(d.feed(idle) == 0);
     }
     CHECK(d.armed());
     CHECK(d.baseline() == Approx(1e9).epsilon(0.01)); // not the bursts' 2x average
     // So the sustained rate, continuous for a long time, is never flagged.
-    CHECK(feed_until(d, win(3 * kX), 1, cfg.k) == 0);
+    CHECK(feed_until(d, win(3 * kX), 1, cfg.settle) == 0);
     CHECK(feed_until(d, win(kX), 1, 500) == 0);
+    // The bursts are what it ignores, not what it is blind to: without `settle` the same
+    // trace teaches it the bursts' average.
+    cfg.settle = 0;
+    DegradeDetector naive(cfg);
+    for (int burst = 0; burst < 50; ++burst) {
+        feed_until(naive, win(3 * kX), 1, 8);
+        feed_until(naive, win(kX), 1, cfg.k + 2);
+        naive.feed(idle);
+    }
+    CHECK(naive.baseline() > 1.3e9);
 }
 
 TEST_CASE("detector: one stall nobody reported drags one span down, not a verdict", "[telemetry]")
@@ -1061,6 +1072,7 @@ TEST_CASE("detector: no verdict while a stall may still be reported", "[telemetr
 {
     DetectorConfig cfg;
     cfg.k = 8;
+    cfg.settle = 0; // the idle window below would start a busy period that settles
     DegradeDetector d(cfg), control(cfg);
     REQUIRE(feed_until(d, win(kX), 1, 100) == 0);
     REQUIRE(feed_until(control, win(kX), 1, 100) == 0);
