@@ -68,20 +68,27 @@ void SendComm::meter_locked(int slot) noexcept
 
 // ---- sendComm: wait time --------------------------------------------------------------
 //
-// How long the end points made a path wait (DegradeDetector, "wait time"). Charged only when
-// the acks of a progress pass complete the last message in flight: then every byte posted
-// had arrived, the path had nothing left to carry, and the transfer was waiting for a thread
-// at one end to run (on a busy host, for a CPU, or for a lock its holder was preempted with).
-// While other messages were still on their way the path was busy carrying them and a late
-// reader cost it nothing; a slow path keeps data queued, so its waits are never charged.
+// How long the end points made a path wait (DegradeDetector, "wait time"): the transfer was
+// waiting for a thread at one end to run (on a busy host, for a CPU, or for a lock its holder
+// was preempted with), not for the path.
 //
 //  - A fabric that can tell reports the wait with each ack (PathStatus::wait_ns; TCP measures
-//    it with kernel receive timestamps: the receiver's ack delay plus how long the ack sat
-//    unread here). Bounded by the time since the newest message it covers was posted.
+//    it with kernel receive timestamps: how long the newest bytes the ack covers sat unread at
+//    the receiver, plus how long the ack sat unread here). The receiver's part is charged with
+//    every ack that completes a message, whatever else is in flight: a reader that does not
+//    run lets its socket buffer fill and the sender's window close, so the path stalls even
+//    with more to carry, while bytes still arriving (a slow path) keep the newest arrival
+//    recent and the delay short. This end's part only when nothing else is in flight: with
+//    more queued in its sockets, its own lateness in reading an ack did not stall the path.
+//    Where the path did carry other bytes meanwhile, a charge makes its bandwidth look
+//    higher, never lower: it can hide some slowness, never invent it. Bounded by the time
+//    since the newest message it covers was posted.
 //  - Otherwise (verbs: an RC completion needs no thread at the receiver), this end's own
-//    lateness: how long the thread that found the completion had been runnable without a CPU
-//    since the previous progress pass (its run delay, /proc/thread-self/schedstat, read at most
-//    every kRunDelayReadNs per thread: no system call per message).
+//    lateness, charged only when the acks of a pass complete the last message in flight (the
+//    path had nothing left to carry): how long the thread that found the completion had been
+//    runnable without a CPU since the previous progress pass (its run delay,
+//    /proc/thread-self/schedstat, read at most every kRunDelayReadNs per thread: no system
+//    call per message).
 // A later copy of the same ack (a heartbeat, the other path's copy) is read while nothing is in
 // flight; its unread time cost the path nothing and is not charged.
 
@@ -134,6 +141,7 @@ void SendComm::WaitReport::note(const PathStatus &st) noexcept
     if (st.wait_ack > ack || (st.wait_ack == ack && st.wait_ns > ns)) {
         ack = st.wait_ack;
         ns = st.wait_ns;
+        stalled_ns = st.wait_stalled_ns;
     }
 }
 
@@ -144,11 +152,14 @@ void SendComm::account_wait_locked(const WaitReport &r, uint64_t now) noexcept
     wait_acked_ = acked_;
     wait_pass_ns_ = now;
     PathTelemetry *tm = paths_[active_].tm.get();
-    if (tm == nullptr || !completed || acked_ != next_seq_ || acked_ == 0) return;
+    if (tm == nullptr || !completed || acked_ == 0) return;
     uint64_t wait = 0;
+    const bool drained = acked_ == next_seq_;
     if (r.ack == acked_) {
-        wait = std::min(r.ns, since(now, msgs_[(acked_ - 1) % kMaxInflight].posted_ns));
-    } else if (t_run_delay.delta(now, &wait)) {
+        // With more in flight, this end's own lateness in reading the ack did not stall the
+        // path (its sockets still had data queued): only the reader's part counts.
+        wait = std::min(drained ? r.ns : r.stalled_ns, since(now, msgs_[(acked_ - 1) % kMaxInflight].posted_ns));
+    } else if (drained && t_run_delay.delta(now, &wait)) {
         wait = std::min(wait, since_pass);
     }
     if (wait > 0) tm->meter.on_wait(now, wait);

@@ -172,7 +172,9 @@ struct PathStatus {
     uint64_t wait_ns = 0;  ///< send side: for the newest ack read in this call, how long the end
                            ///< points let arrived data wait (the receiver before reading it,
                            ///< this end before reading the ack), ns; 0 when unknown ...
-    uint64_t wait_ack = 0; ///< ... and that ack's cumulative seq (comm_telemetry.cc)
+    uint64_t wait_ack = 0; ///< ... and that ack's cumulative seq (comm_telemetry.cc) ...
+    uint64_t wait_stalled_ns = 0; ///< ... and the receiver's part of it alone, ns: the part
+                                  ///< that stalls a path with more in flight
     std::string detail;       ///< with error: what happened, for the one WARN line
 };
 

@@ -183,7 +183,7 @@ private:
     void queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept;
     /// Wait time the paths reported in one progress pass: the newest ack's (PathStatus).
     struct WaitReport {
-        uint64_t ns = 0, ack = 0;
+        uint64_t ns = 0, ack = 0, stalled_ns = 0;
         void note(const PathStatus &st) noexcept;
     };
     /// Charges the active path's meter with the time `r` says the end points made it wait.

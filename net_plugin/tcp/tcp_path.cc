@@ -356,6 +356,7 @@ void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
             }
             st->wait_ns =
                 std::max<uint64_t>(st->wait_ns, static_cast<uint64_t>(back_hdr_.delay_us) * 1000);
+            st->wait_stalled_ns = st->wait_ns;
             break;
         case BackHeader::kFailoverRequest:
             st->failover_requested = true;
