@@ -27,16 +27,12 @@ int DegradeDetector::feed(const WindowRecord &w)
     const bool loaded = static_cast<double>(w.busy_ns) >= cfg_.min_busy * window_ns && // else idle
                         w.avg_queued_bytes >= cfg_.min_queued_bytes && // else latency-bound
                         !w.receiver_bound; // the receiving application held the data, not the path
-    if (!loaded) {
-        // No evidence itself, but wait time it reports belongs to the loaded windows before
-        // (after its own busy time, which is the part of the wait closest to the report).
-        attribute_wait(wait - std::min(wait, w.busy_ns));
-        loaded_run_ = 0;
-        return 0;
-    }
-    if (++loaded_run_ <= cfg_.settle) {
-        // The start of a busy period: a path left idle moves it faster than it sustains (a
-        // token-bucket shaper refilled meanwhile), so it is no evidence either way.
+    loaded_run_ = loaded ? loaded_run_ + 1 : 0;
+    // Not loaded, or the start of a busy period (a path left idle moves it faster than it
+    // sustains: a token-bucket shaper refilled meanwhile): no evidence itself, but wait time
+    // it reports belongs to the loaded windows before (after its own busy time, which is the
+    // part of the wait closest to the report).
+    if (!loaded || loaded_run_ <= cfg_.settle) {
         attribute_wait(wait - std::min(wait, w.busy_ns));
         return 0;
     }
