@@ -85,14 +85,16 @@ count() {
     local files=("$OUT".err${2:-[01]})
     cat "${files[@]}" 2>/dev/null | grep -c -- "$1" || true
 }
-# wait_for PATTERN SECONDS [RANK]: until a rank logged PATTERN.
-wait_for() {
-    local deadline=$((SECONDS + $2))
-    until (($(count "$1" "${3:-*}") > 0)); do
-        ((SECONDS < deadline)) || fail "never saw \"$1\""
+# wait_count PATTERN N SECONDS [RANK]: until the ranks (or RANK) logged PATTERN N times.
+wait_count() {
+    local deadline=$((SECONDS + $3))
+    until (($(count "$1" "${4:-*}") >= $2)); do
+        ((SECONDS < deadline)) || fail "saw \"$1\" fewer than $2 times in $3 s"
         sleep 0.1
     done
 }
+# wait_for PATTERN SECONDS [RANK]: until a rank logged PATTERN.
+wait_for() { wait_count "$1" 1 "$2" "${3:-*}"; }
 port() { "$TOPO" port "$1" "$2"; [[ $2 == up ]] && "$TOPO" wait "$1" active 20; return 0; }
 
 case $CASE in
@@ -130,17 +132,9 @@ flap)
     sleep 2
     for i in 1 2 3 4 5; do
         port a0 down
-        deadline=$((SECONDS + 30))
-        until (($(count "failover: primary dev rxe_a0:1" 0) >= i)); do
-            ((SECONDS < deadline)) || fail "flap $i: no failover"
-            sleep 0.1
-        done
+        wait_count "failover: primary dev rxe_a0:1" "$i" 30 0
         port a0 up
-        deadline=$((SECONDS + 60))
-        until (($(count "failback to primary dev rxe_a0:1" 0) >= i)); do
-            ((SECONDS < deadline)) || fail "flap $i: no failback"
-            sleep 0.1
-        done
+        wait_count "failback to primary dev rxe_a0:1" "$i" 60 0
     done
     stop_ok
     echo "rank 0: $(count "failover: primary" 0) failovers, $(count "failback to primary" 0) failbacks"
