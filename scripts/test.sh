@@ -34,22 +34,26 @@ done
 
 scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
-logs=()         # the meson test logs to sum, one per phase that ran tests
+logs=()         # the meson test logs to sum, of every phase that ran tests
 broken=0        # phases that failed without a log of failed tests to show for it
 skipped_extra=0 # phases skipped as a whole
 status=0
 secs() { echo $(($(date +%s) - $1)); }
 
-# ran PHASE LOG RC: record a phase's result. A non-zero status with no failed test in its log
-# (a build or setup failure, a dead guest) counts as one failure of its own.
+# ran PHASE RC LOG...: record a phase's result and the test logs it wrote. A non-zero status
+# with no failed test in any of its logs (a build or setup failure, a dead guest) counts as one
+# failure of its own.
 ran() {
-    local phase=$1 log=$2 rc=$3
-    [[ -f $log ]] && logs+=("$log")
+    local phase=$1 rc=$2 log found=()
+    shift 2
+    for log in "$@"; do [[ -f $log ]] && found+=("$log"); done
+    logs+=("${found[@]}")
     ((rc == 0)) && return
     status=1
-    if [[ ! -f $log ]] || ! python3 - "$log" <<'PY'; then
+    if ((${#found[@]} == 0)) || ! python3 - "${found[@]}" <<'PY'; then
 import json, sys
-bad = [r for r in map(json.loads, open(sys.argv[1])) if r.get("result") not in ("OK", "EXPECTEDFAIL", "SKIP")]
+bad = [r for p in sys.argv[1:] for r in map(json.loads, open(p))
+       if r.get("result") not in ("OK", "EXPECTEDFAIL", "SKIP")]
 sys.exit(0 if bad else 1)
 PY
         echo "test.sh: phase $phase failed (status $rc) outside its tests" >&2
@@ -69,7 +73,7 @@ for p in "${phases[@]}"; do
         [[ " ${phases[*]} " == *" rxe "* ]] && no_verbs=(--no-suite verbs)
         # shellcheck disable=SC2086 # VIGIL_TEST_ARGS is a word list
         meson test -C build --print-errorlogs "${no_verbs[@]}" ${VIGIL_TEST_ARGS:-}
-        ran default build/meson-logs/testlog.json $?
+        ran default $? build/meson-logs/testlog.json
         ;;
     release)
         rm -f build-release/meson-logs/testlog.json
@@ -80,14 +84,12 @@ for p in "${phases[@]}"; do
         ((rc == 0)) && { ninja -C build-release >build-release/release-build.log 2>&1 ||
             { rc=$?; tail -40 build-release/release-build.log >&2; }; }
         ((rc == 0)) && { meson test -C build-release --no-rebuild --print-errorlogs install-tree || rc=$?; }
-        ran release build-release/meson-logs/testlog.json "$rc"
+        ran release "$rc" build-release/meson-logs/testlog.json
         ;;
     sanitize)
         rm -f build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json
         scripts/sanitize.sh
-        rc=$?
-        [[ -f build-asan/meson-logs/testlog.json ]] && logs+=(build-asan/meson-logs/testlog.json)
-        ran sanitize build-tsan/meson-logs/testlog.json "$rc"
+        ran sanitize $? build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json
         ;;
     rxe)
         VIGIL_RXE_BUILD=build-asan scripts/rxe/run-suite.sh
@@ -95,13 +97,13 @@ for p in "${phases[@]}"; do
         if ((rc == 77)); then
             skipped_extra=$((skipped_extra + 1))
         else
-            ran rxe build-asan/meson-logs/rxe-testlog.json "$rc"
+            ran rxe "$rc" build-asan/meson-logs/rxe-testlog.json
         fi
         ;;
     fuzz)
         rm -f build-fuzz/meson-logs/testlog.json
         scripts/fuzz.sh --ci
-        ran fuzz build-fuzz/meson-logs/testlog.json $?
+        ran fuzz $? build-fuzz/meson-logs/testlog.json
         ;;
     esac
     echo "=== test.sh: phase $p: $(secs "$t0") s" >&2
