@@ -35,6 +35,7 @@ const char *host_name()
 int Comm::test(Request *r, int *done, int *sizes) noexcept
 {
     *done = 0;
+    if (!polled_.load(std::memory_order_relaxed)) polled_.store(true, std::memory_order_relaxed);
     if (r->state.load(std::memory_order_acquire) != Request::kDone) {
         // Progress inline when nobody else is (cuts a thread hand-off from latency); the
         // engine thread covers the case where NCCL polls slowly or not at all.
@@ -91,7 +92,7 @@ void Comm::on_ready() noexcept
 {
     std::lock_guard<std::mutex> g(mu_);
     if (detached_) return;
-    rearm_locked();
+    rearm_locked(wake_);
     progress_locked();
 }
 
@@ -100,7 +101,15 @@ void Comm::on_tick() noexcept
     const uint64_t now = now_ns();
     if (now < next_timer_ns_.load(std::memory_order_relaxed)) return;
     next_timer_ns_.store(now + kTimerNs, std::memory_order_relaxed);
-    on_ready();
+    const bool polled = polled_.exchange(false, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(mu_);
+    if (detached_) return;
+    if (wake_ == polled) {
+        wake_ = !polled;
+        for (size_t i = 0; i < nfds(); ++i) ProgressEngine::instance().interest(fd(i), this, wake_);
+    }
+    rearm_locked(wake_);
+    progress_locked();
 }
 
 void Comm::fail_locked(int err, const std::string &what) noexcept

@@ -117,8 +117,8 @@ protected:
     explicit Comm(const std::array<int, kMaxPaths> &devs) : devs_(devs) {}
     /// Progress every path; called with mu_ held.
     virtual void progress_locked() noexcept = 0;
-    /// SendPath/RecvPath::rearm() of every live path; called with mu_ held, from the engine.
-    virtual void rearm_locked() noexcept = 0;
+    /// SendPath/RecvPath::rearm(arm) of every live path; called with mu_ held, from the engine.
+    virtual void rearm_locked(bool arm) noexcept = 0;
     /// Says goodbye on every live path; called with mu_ held.
     virtual void goodbye_locked() noexcept = 0;
     virtual size_t nfds() const noexcept = 0;
@@ -146,7 +146,7 @@ protected:
     template <class Path> void watch(const Path &path, bool on) noexcept
     {
         for (size_t k = 0; k < path.nfds(); ++k) {
-            if (on) ProgressEngine::instance().add(path.fd(k), this);
+            if (on) ProgressEngine::instance().add(path.fd(k), this, wake_);
             else ProgressEngine::instance().remove(path.fd(k));
         }
     }
@@ -154,6 +154,12 @@ protected:
     std::mutex mu_;
     std::atomic<int> error_{0};
     std::atomic<uint64_t> next_timer_ns_{0};
+    /// test() ran since the engine's last timer tick: the application polls, so completions
+    /// need not wake the engine thread.
+    std::atomic<bool> polled_{false};
+    /// Whether the engine wants to be woken by this comm's fds (their epoll interest, and
+    /// rearm's `arm`); decided at each timer tick from polled_. Under mu_.
+    bool wake_ = true;
     bool detached_ = false;
     std::array<int, kMaxPaths> devs_;
 };

@@ -235,11 +235,14 @@ public:
     virtual void skip_to(uint64_t /*seq*/) {}
     /// Moves bytes without blocking, reporting acks and CTS groups into `sink`.
     virtual PathStatus progress(SendSink &sink) = 0;
-    /// The progress engine saw this path's fds ready: take the readiness notification and ask
-    /// for the next one (verbs: the completion channel's event, then the CQ armed again). The
-    /// core calls it only from the engine, right before progress(), so a caller that polls
-    /// through test() pays no system call for notifications. Nothing to do for sockets.
-    virtual void rearm() {}
+    /// The progress engine is about to progress this path: take the readiness notifications it
+    /// saw and, when `arm`, ask for the next one (verbs: the completion channel's events, then
+    /// the CQ armed again). The core calls it only from the engine, right before progress(),
+    /// and passes `arm` false while the application polls through test() itself: then no
+    /// completion wakes the engine thread (a wake-up and a lock hand-off per completion halve
+    /// small-message rates), and the engine's tick takes over within two ticks once the
+    /// polling stops. Nothing to do for sockets (their readiness is edge-triggered).
+    virtual void rearm(bool /*arm*/) {}
     /// File descriptors the progress engine should watch (may be none: the engine's tick then
     /// drives the path). Valid until the path is destroyed.
     virtual int fd(size_t i) const = 0;
@@ -319,7 +322,7 @@ public:
     /// Reads whatever has arrived, placing it through `sink`; flushes queued acks and CTS.
     virtual PathStatus progress(RecvSink &sink) = 0;
     /// As SendPath::rearm().
-    virtual void rearm() {}
+    virtual void rearm(bool /*arm*/) {}
     /// Tells the sender that group `g` is posted. Queued in order behind earlier ones; never
     /// blocks.
     virtual void advertise(const CtsGroup &g) = 0;

@@ -58,13 +58,27 @@ void ProgressEngine::stop()
     wakefd_ = epfd_ = -1;
 }
 
-int ProgressEngine::add(int fd, ProgressClient *client)
+namespace {
+epoll_event watched(ProgressClient *client, bool wake)
 {
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.events = wake ? EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET : EPOLLET;
     ev.data.ptr = client;
+    return ev;
+}
+} // namespace
+
+int ProgressEngine::add(int fd, ProgressClient *client, bool wake)
+{
+    epoll_event ev = watched(client, wake);
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
     return 0;
+}
+
+void ProgressEngine::interest(int fd, ProgressClient *client, bool wake)
+{
+    epoll_event ev = watched(client, wake);
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev); // ENOENT: no longer watched, nothing to do
 }
 
 void ProgressEngine::remove(int fd)

@@ -38,8 +38,13 @@ public:
     int start();
     /// Stops and joins the thread (idempotent).
     void stop();
-    /// Watches `fd` (readable, writable, hang-up; edge-triggered) for `client`.
-    int add(int fd, ProgressClient *client);
+    /// Watches `fd` (readable, writable, hang-up; edge-triggered) for `client`; with `wake`
+    /// false it is registered muted (see interest()). Returns 0 or -errno.
+    int add(int fd, ProgressClient *client, bool wake = true);
+    /// Unmutes (`wake`) or mutes a watched fd: a muted fd wakes the thread only for errors
+    /// and hang-ups. Unmuting reports the fd at once if it is ready then (epoll re-evaluates
+    /// it), so nothing that arrived while muted is missed. An fd not watched is ignored.
+    void interest(int fd, ProgressClient *client, bool wake);
     void remove(int fd);
     /// Calls client->on_tick() every kTickNs (timers: watchdogs, probes, fatal timeouts).
     /// remove_ticker() must precede quiesce() and destruction.

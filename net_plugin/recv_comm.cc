@@ -456,10 +456,10 @@ void RecvComm::accept_rebuilt_locked(uint64_t now) noexcept
     VLOG_INFO(NCCL_NET, "host %s: path rebuilt by the peer: %s", host_name(), ps.desc.c_str());
 }
 
-void RecvComm::rearm_locked() noexcept
+void RecvComm::rearm_locked(bool arm) noexcept
 {
     for (PathSlot &p : paths_)
-        if (p.alive) p.path->rearm();
+        if (p.alive) p.path->rearm(arm);
 }
 
 void RecvComm::goodbye_locked() noexcept

@@ -90,7 +90,7 @@ private:
     };
 
     void progress_locked() noexcept override;
-    void rearm_locked() noexcept override;
+    void rearm_locked(bool arm) noexcept override;
     void goodbye_locked() noexcept override;
     size_t nfds() const noexcept override;
     int fd(size_t i) const noexcept override;

@@ -307,10 +307,10 @@ void SendComm::receiver_closed_locked() noexcept
                   describe().c_str());
 }
 
-void SendComm::rearm_locked() noexcept
+void SendComm::rearm_locked(bool arm) noexcept
 {
     for (PathSlot &sl : paths_)
-        if (sl.alive()) sl.path->rearm();
+        if (sl.alive()) sl.path->rearm(arm);
 }
 
 void SendComm::goodbye_locked() noexcept

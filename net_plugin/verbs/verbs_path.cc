@@ -187,11 +187,11 @@ int QpSet::repost(int qp, uint32_t slot)
     return qps_[static_cast<size_t>(qp)].post_recv(&wr, &bad);
 }
 
-void QpSet::rearm()
+void QpSet::rearm(bool arm)
 {
     ibv_cq *cq = nullptr;
     while (ch_.wait(0, &cq) > 0) armed_ = false; // each event consumes the arm
-    if (!armed_ && !dead_ && cq_.arm() == 0) armed_ = true;
+    if (arm && !armed_ && !dead_ && cq_.arm() == 0) armed_ = true;
 }
 
 std::string QpSet::gid_text(bool local) const
@@ -361,7 +361,7 @@ template <class On> bool PathEngine::dispatch(const ibv_wc &w, PathStatus *st, O
 VerbsSendPath::VerbsSendPath(std::unique_ptr<QpSet> qps, PathIdentity id)
     : eng_(std::move(qps), std::move(id)), qps_fd_(eng_.qps().fd())
 {
-    eng_.qps().rearm();
+    eng_.qps().rearm(true);
 }
 
 VerbsSendPath::~VerbsSendPath() = default;
@@ -605,7 +605,7 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
 VerbsRecvPath::VerbsRecvPath(std::unique_ptr<QpSet> qps, PathIdentity id)
     : eng_(std::move(qps), std::move(id)), qps_fd_(eng_.qps().fd())
 {
-    eng_.qps().rearm();
+    eng_.qps().rearm(true);
 }
 
 VerbsRecvPath::~VerbsRecvPath() = default;

@@ -121,10 +121,11 @@ public:
     uint32_t lkey() const { return mr_.lkey(); }
     /// Posts receive slot `slot` of QP `qp` again. 0 or -errno.
     int repost(int qp, uint32_t slot);
-    /// Takes the completion channel's events and arms the CQ again once an event consumed the
-    /// previous arm (the first call arms it). Never blocks. Called when the progress engine
-    /// saw the channel's fd readable; the caller polls the CQ after it.
-    void rearm();
+    /// Takes the completion channel's events and, when `arm`, arms the CQ again once an event
+    /// consumed the previous arm (the first call arms it). Never blocks. Called before the
+    /// progress engine polls the CQ; the caller polls the CQ after it, so a completion that
+    /// came before the arm is seen by that poll and one after it raises an event.
+    void rearm(bool arm);
     std::string gid_text(bool local) const;
 
 private:
@@ -214,7 +215,7 @@ public:
     void sabotage() override;
     uint64_t oldest_referenced() const override;
     PathStatus progress(SendSink &sink) override;
-    void rearm() override { eng_.qps().rearm(); }
+    void rearm(bool arm) override { eng_.qps().rearm(arm); }
     int fd(size_t) const override { return qps_fd_; }
     size_t nfds() const override { return 1; }
 
@@ -255,7 +256,7 @@ public:
 
     const PathIdentity &identity() const override { return eng_.identity(); }
     PathStatus progress(RecvSink &sink) override;
-    void rearm() override { eng_.qps().rearm(); }
+    void rearm(bool arm) override { eng_.qps().rearm(arm); }
     void advertise(const CtsGroup &g) override;
     /// RC completions are the sender's acks: nothing to send.
     void ack(uint64_t, uint32_t) override {}
