@@ -308,6 +308,12 @@ public:
     /// or -EPROTO / -EMSGSIZE for a record that contradicts what was advertised (fatal for
     /// the connection).
     virtual int whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) = 0;
+    /// As whole() for a message described in fewer bits (RDMA: the immediate of the one
+    /// write that carried it): its sequence number only modulo 2^`bits` (bits > log2 of
+    /// kMaxInflight + 1) and no tag. The message is the one with that residue in
+    /// [floor - 2^(bits-1), floor + 2^(bits-1)) around the receiver's window floor (below the
+    /// floor: a replay of a completed message, ignored), and its tag is its entry's.
+    virtual int whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry) = 0;
 
 protected:
     ~RecvSink() = default;

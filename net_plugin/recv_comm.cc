@@ -246,6 +246,11 @@ int RecvComm::SlotSink::whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t 
     return comm->whole(slot, gen, seq, tag, size, entry);
 }
 
+int RecvComm::SlotSink::whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry)
+{
+    return comm->whole_short(slot, gen, seq_residue, bits, size, entry);
+}
+
 void RecvComm::drain_others_locked(int except) noexcept
 {
     for (int i = 0; i < kMaxPaths; ++i)
@@ -314,6 +319,20 @@ int RecvComm::whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t 
     // and a sender that saw the record acknowledged will not send them again.
     if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
     return add_bytes_locked(slot, seq, size - s.got);
+}
+
+int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry)
+{
+    if (bits < 2 || bits > 32 || (uint64_t{1} << (bits - 1)) <= static_cast<uint64_t>(kMaxInflight)) return -EPROTO;
+    const uint64_t mod = uint64_t{1} << bits, half = mod / 2;
+    // The one seq with this residue in [floor_ - half, floor_ + half).
+    const uint64_t base = floor_ >= half ? floor_ - half : 0;
+    const uint64_t seq = base + ((seq_residue - base) & (mod - 1));
+    if (seq < floor_) return 0; // a replay of a completed message
+    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return -EPROTO;
+    const Request *r = msgs_[seq % kMaxInflight].req;
+    if (entry < 0 || entry >= r->n) return -EPROTO;
+    return whole(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, size, entry);
 }
 
 bool RecvComm::still_wanted(uint32_t gen, uint64_t seq) const

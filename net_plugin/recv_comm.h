@@ -69,6 +69,7 @@ private:
         int landed(uint64_t seq, uint64_t len, uint32_t gen) override;
         Holding generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) override;
         int whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) override;
+        int whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry) override;
     };
     struct PathSlot {
         std::unique_ptr<RecvPath> path;
@@ -105,6 +106,7 @@ private:
     /// its request when all are, and acknowledges. 0 or -EPROTO.
     int add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept;
     int whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry);
+    int whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry);
     /// Drains every live path but `except` (RecvPath::drain).
     void drain_others_locked(int except) noexcept;
     void adopt_generation_locked(int slot, uint32_t gen) noexcept;

@@ -20,6 +20,7 @@ namespace {
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 /// Largest payload of one RDMA write (InfiniBand allows 2^31; many ports say 2^30).
 constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 30;
+static_assert(2 * kMaxInflight <= (1 << ShortImm::kSeqBits), "a short immediate's seq must unwrap unambiguously");
 
 size_t page_size()
 {
@@ -437,41 +438,57 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
                " is not registered on the device of this path";
         return false;
     }
-    const uint64_t chunks = m.size == 0 ? 0 : (m.size + kMaxWriteBytes - 1) / kMaxWriteBytes;
+    // A small message is one write with immediate into the advertised buffer (ShortImm); a
+    // larger one is payload writes, then its record.
+    const bool brief = ShortImm::fits(m.size);
+    const uint64_t chunks = brief || m.size == 0 ? 0 : (m.size + kMaxWriteBytes - 1) / kMaxWriteBytes;
     const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
     const int qi = eng_.next_qp();
     if (eng_.sq_used(qi) + wrs > kSendDepth) return false; // full: later
     std::array<ibv_sge, 3> sge{};
     std::array<ibv_send_wr, 3> wr{};
-    size_t k = 0;
-    for (uint64_t c = 0; c < chunks; ++c, ++k) {
-        const uint64_t off = c * kMaxWriteBytes;
-        const uint64_t len = std::min<uint64_t>(kMaxWriteBytes, m.size - off);
-        sge[k] = ibv_sge{reinterpret_cast<uintptr_t>(m.data + off), static_cast<uint32_t>(len), mr->lkey};
-        wr[k].wr_id = PathEngine::wr(PathEngine::kData, m.seq);
+    const uint32_t rkey = m.dest.rkey[static_cast<size_t>(slot)];
+    // The one signaled work request, last on the QP: its completion is the message's ack.
+    auto completing = [&](size_t k, uint64_t local, uint32_t len, uint32_t lkey, uint32_t imm, uint64_t raddr,
+                          uint32_t rk) {
+        sge[k] = ibv_sge{local, len, lkey};
+        wr[k].wr_id = PathEngine::wr(PathEngine::kRecord, m.seq);
         wr[k].sg_list = &sge[k];
-        wr[k].num_sge = 1;
-        wr[k].opcode = IBV_WR_RDMA_WRITE;
-        wr[k].wr.rdma.remote_addr = m.dest.addr + off;
-        wr[k].wr.rdma.rkey = m.dest.rkey[static_cast<size_t>(slot)];
+        wr[k].num_sge = len > 0 ? 1 : 0;
+        wr[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr[k].send_flags = IBV_SEND_SIGNALED;
+        wr[k].imm_data = htonl(imm);
+        wr[k].wr.rdma.remote_addr = raddr;
+        wr[k].wr.rdma.rkey = rk;
+    };
+    if (brief) {
+        completing(0, reinterpret_cast<uintptr_t>(m.data), static_cast<uint32_t>(m.size), mr != nullptr ? mr->lkey : 0,
+                   ShortImm::encode(m.seq, m.size, m.entry), m.dest.addr, rkey);
+    } else {
+        size_t k = 0;
+        for (uint64_t c = 0; c < chunks; ++c, ++k) {
+            const uint64_t off = c * kMaxWriteBytes;
+            const uint64_t len = std::min<uint64_t>(kMaxWriteBytes, m.size - off);
+            sge[k] = ibv_sge{reinterpret_cast<uintptr_t>(m.data + off), static_cast<uint32_t>(len), mr->lkey};
+            wr[k].wr_id = PathEngine::wr(PathEngine::kData, m.seq);
+            wr[k].sg_list = &sge[k];
+            wr[k].num_sge = 1;
+            wr[k].opcode = IBV_WR_RDMA_WRITE;
+            wr[k].wr.rdma.remote_addr = m.dest.addr + off;
+            wr[k].wr.rdma.rkey = rkey;
+        }
+        Record rec;
+        rec.seq = m.seq;
+        rec.gen = gen_;
+        rec.size = static_cast<uint32_t>(m.size);
+        rec.tag = m.tag;
+        rec.entry = static_cast<uint8_t>(m.entry);
+        rec.encode(q.out_record(m.seq));
+        completing(k, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes, q.lkey(),
+                   static_cast<uint32_t>(m.seq) & Record::kImmSeqMask,
+                   q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes, q.remote().ring_rkey);
     }
-    Record rec;
-    rec.seq = m.seq;
-    rec.gen = gen_;
-    rec.size = static_cast<uint32_t>(m.size);
-    rec.tag = m.tag;
-    rec.entry = static_cast<uint8_t>(m.entry);
-    rec.encode(q.out_record(m.seq));
-    sge[k] = ibv_sge{reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes, q.lkey()};
-    wr[k].wr_id = PathEngine::wr(PathEngine::kRecord, m.seq);
-    wr[k].sg_list = &sge[k];
-    wr[k].num_sge = 1;
-    wr[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr[k].send_flags = IBV_SEND_SIGNALED;
-    wr[k].imm_data = htonl(static_cast<uint32_t>(m.seq));
-    wr[k].wr.rdma.remote_addr = q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes;
-    wr[k].wr.rdma.rkey = q.remote().ring_rkey;
-    for (size_t i = 0; i < k; ++i) wr[i].next = &wr[i + 1];
+    for (size_t i = 0; i + 1 < wrs; ++i) wr[i].next = &wr[i + 1];
     ibv_send_wr *bad = nullptr;
     if (int rc = q.qp(qi).post_send(&wr[0], &bad); rc != 0) {
         *err = rc;
@@ -488,8 +505,9 @@ void VerbsSendPath::on_record_done(uint64_t seq, SendSink &sink)
 {
     Flight &f = flight_[seq % kMaxInflight];
     if (f.on && f.seq == seq) {
-        // The record was the last work request of the message on its QP and the only
-        // signaled one: its completion retires the unsignaled payload writes before it.
+        // The record (a short message: its one write) was the last work request of the
+        // message on its QP and the only signaled one: its completion retires the unsignaled
+        // payload writes before it.
         f.on = false;
         --in_flight_n_;
         eng_.sq_used(f.qp) -= f.wrs;
@@ -659,7 +677,7 @@ void VerbsRecvPath::drain(RecvSink &sink)
         if (PathEngine::wr_kind(w.wr_id) != PathEngine::kRecv) return true;
         if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
             PathStatus later; // a bad record fails the path: the next progress() says so
-            on_record(ntohl(w.imm_data), sink, &later);
+            on_write(w, sink, &later);
             return true;
         }
         // A control message may need a reply: it waits for progress(), in order.
@@ -683,6 +701,13 @@ void VerbsRecvPath::sabotage()
     eng_.qps().to_error();
 }
 
+void VerbsRecvPath::on_write(const ibv_wc &w, RecvSink &sink, PathStatus *st)
+{
+    const uint32_t imm = ntohl(w.imm_data);
+    if (ShortImm::is_short(imm)) on_short(imm, w.byte_len, sink, st);
+    else on_record(imm, sink, st);
+}
+
 void VerbsRecvPath::on_record(uint32_t imm, RecvSink &sink, PathStatus *st)
 {
     Record rec;
@@ -700,6 +725,24 @@ void VerbsRecvPath::on_record(uint32_t imm, RecvSink &sink, PathStatus *st)
                   true);
 }
 
+void VerbsRecvPath::on_short(uint32_t imm, uint32_t byte_len, RecvSink &sink, PathStatus *st)
+{
+    const ShortImm s = ShortImm::decode(imm);
+    if (byte_len != s.size) {
+        eng_.fail(st, -EPROTO,
+                  "a short message's write of " + std::to_string(byte_len) + " bytes says it holds " +
+                      std::to_string(s.size),
+                  true);
+        return;
+    }
+    if (int rc = sink.whole_short(gen_, s.seq_low, ShortImm::kSeqBits, s.size, s.entry); rc != 0)
+        eng_.fail(st, rc,
+                  "short message seq " + std::to_string(s.seq_low) + " (mod 2^" + std::to_string(ShortImm::kSeqBits) +
+                      ") size " + std::to_string(s.size) + " for buffer " + std::to_string(s.entry) +
+                      (rc == -EMSGSIZE ? " larger than the posted receive buffer" : " matches no advertised receive"),
+                  true);
+}
+
 void VerbsRecvPath::on_control(const uint8_t *m, size_t len, RecvSink &sink, PathStatus *st)
 {
     Ctl h;
@@ -709,6 +752,7 @@ void VerbsRecvPath::on_control(const uint8_t *m, size_t len, RecvSink &sink, Pat
     }
     switch (h.kind) {
     case Ctl::kNotice: {
+        gen_ = std::max(gen_, h.gen);
         const Holding hold = sink.generation(h.gen, h.a, static_cast<int>(h.count) - 1, h.b);
         std::array<uint8_t, Ctl::kBitmapBytes> bits{};
         for (size_t i = 0; i < hold.complete.size(); ++i) put_le(bits.data() + 8 * i, hold.complete[i], 8);
@@ -743,7 +787,7 @@ PathStatus VerbsRecvPath::progress(RecvSink &sink)
     auto on = [&](const ibv_wc &w, int) {
         if (PathEngine::wr_kind(w.wr_id) != PathEngine::kRecv) return true;
         if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-            on_record(ntohl(w.imm_data), sink, &st);
+            on_write(w, sink, &st);
             return !eng_.failed();
         }
         const uint64_t v = PathEngine::wr_value(w.wr_id);

@@ -3,7 +3,8 @@
 // devices. The sender RDMA-writes a message's payload straight into the receive buffer the
 // receiver advertised in its CTS entry, then RDMA-writes (with immediate) the message's record
 // into the receiver's record ring on the same QP; the write's RC completion is the ack (the
-// receiver holds the data). Control messages (CTS groups, generation notices and the holding
+// receiver holds the data). A message of at most ShortImm::kMaxSize bytes is one write with
+// immediate into the buffer, the immediate standing in for the record. Control messages (CTS groups, generation notices and the holding
 // answer, probes, heartbeats, failover requests, goodbyes) travel as SEND/RECV on the same
 // QPs. After a generation notice the sender waits for the receiver's holding answer and never
 // writes a message the receiver already holds (an RDMA write cannot be discarded once it
@@ -270,13 +271,20 @@ public:
     size_t nfds() const override { return 1; }
 
 private:
+    /// A write with immediate completed: a short message (ShortImm) or a record.
+    void on_write(const ibv_wc &w, RecvSink &sink, PathStatus *st);
     void on_record(uint32_t imm, RecvSink &sink, PathStatus *st);
+    /// A short message's write with immediate (ShortImm) of `byte_len` bytes completed.
+    void on_short(uint32_t imm, uint32_t byte_len, RecvSink &sink, PathStatus *st);
     /// A control message from the sender (`len` bytes at `m`).
     void on_control(const uint8_t *m, size_t len, RecvSink &sink, PathStatus *st);
 
     PathEngine eng_;
     int qps_fd_;
     bool goodbye_seen_ = false;
+    // The sender's generation on this path as its latest notice said (short messages carry
+    // none; whole() accepts any generation, so an older one is only never adopted).
+    uint32_t gen_ = 0;
     // Control messages drain() met: handled by the next progress(), in order.
     std::deque<std::vector<uint8_t>> deferred_ctl_;
 };

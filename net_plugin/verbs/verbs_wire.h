@@ -218,8 +218,9 @@ struct Ctl {
 };
 
 /// The record of one message, written into slot seq % ring of the receiver's record ring
-/// with RDMA WRITE with immediate (immediate = the low 32 bits of seq) after the payload on
-/// the same QP, so its completion proves the payload is in place. Layout, 32 bytes:
+/// with RDMA WRITE with immediate (immediate = the low 31 bits of seq, top bit clear: see
+/// ShortImm) after the payload on the same QP, so its completion proves the payload is in
+/// place. Messages of ShortImm::kMaxSize bytes or less need no record. Layout, 32 bytes:
 ///   [0,8) seq  [8,12) generation  [12,16) size  [16,20) tag  [20] entry  [21,24) zero
 ///   [24,32) check: seq ^ size ^ (generation << 32) ^ kMagic
 struct Record {
@@ -229,6 +230,8 @@ struct Record {
     uint32_t size = 0;
     int32_t tag = 0;
     uint8_t entry = 0;
+    /// The immediate of a record's write: the low 31 bits of seq.
+    static constexpr uint32_t kImmSeqMask = 0x7fffffffu;
     uint64_t check() const { return seq ^ size ^ (static_cast<uint64_t>(gen) << 32) ^ kMagic; }
     void encode(uint8_t *p) const
     {
@@ -248,11 +251,47 @@ struct Record {
         tag = static_cast<int32_t>(get_le(p + 16, 4));
         entry = p[20];
         if (get_le(p + 24, 8) != check()) return "record check mismatch";
-        if (static_cast<uint32_t>(seq) != imm) return "record for another sequence number";
+        if ((seq & kImmSeqMask) != imm) return "record for another sequence number";
         if (get_le(p + 21, 3) != 0) return "non-zero reserved field";
         if (size > max_message) return "message size beyond the limit";
         if (entry >= Ctl::kMaxEntries) return "entry index out of range";
         return nullptr;
+    }
+};
+
+/// A message small enough to need no record: its payload goes in one RDMA WRITE with
+/// immediate straight into the advertised buffer, and the immediate says the rest (one work
+/// request and one completion per message instead of two: the latency of small messages).
+/// The tag is the entry's (the sender bound the message to that entry by its tag), the
+/// generation the path's latest notice, and the sequence number is given modulo 2^kSeqBits:
+/// the receiver unwraps it around its window (kMaxInflight wide, 256), which leaves room for a
+/// write of a message up to 2^(kSeqBits-1) behind the window to be recognised as a replay.
+/// Layout of the 32-bit immediate (host order):
+///   [31] 1  [30:28] entry  [27:17] seq mod 2^11  [16:0] size (at most kMaxSize)
+struct ShortImm {
+    static constexpr int kSeqBits = 11;
+    static constexpr uint32_t kMaxSize = (1u << 17) - 1; ///< bytes
+    static_assert(Ctl::kMaxEntries <= 8);
+    uint32_t seq_low = 0; ///< seq mod 2^kSeqBits
+    uint32_t size = 0;
+    uint8_t entry = 0;
+
+    static bool is_short(uint32_t imm) { return (imm >> 31) != 0; }
+    static bool fits(uint64_t size) { return size <= kMaxSize; }
+    /// The immediate of message `seq` (size <= kMaxSize, entry < 8).
+    static uint32_t encode(uint64_t seq, uint64_t size, int entry)
+    {
+        return 1u << 31 | static_cast<uint32_t>(entry & 7) << 28 |
+               static_cast<uint32_t>(seq & ((1u << kSeqBits) - 1)) << 17 | static_cast<uint32_t>(size);
+    }
+    /// Decodes an immediate with the top bit set. Every field is in range by construction.
+    static ShortImm decode(uint32_t imm)
+    {
+        ShortImm s;
+        s.entry = static_cast<uint8_t>(imm >> 28 & 7);
+        s.seq_low = imm >> 17 & ((1u << kSeqBits) - 1);
+        s.size = imm & kMaxSize;
+        return s;
     }
 };
 

@@ -15,7 +15,9 @@
 // (RecvSink::whole); the send half hears each record acknowledged (SendSink::held) on its next
 // progress(), before the receiving core has polled it, as an RC ACK precedes the CQ poll.
 // drain() reports the records waiting on the streams (even while `hold` keeps progress()
-// from reading them); fence() drains, then nothing lands any more.
+// from reading them); fence() drains, then nothing lands any more. With `short_records` too,
+// every record names its sequence number only modulo 2^11 and no tag (RecvSink::whole_short),
+// as the verbs fabric's short messages do.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -144,6 +146,7 @@ struct Lane {
     // -- receiver half
     // -- RDMA mode (see the top of this file)
     bool rdma = false;
+    bool short_records = false;   // records as short immediates (RecvSink::whole_short)
     std::deque<uint64_t> rc_acks; // records acknowledged, not yet reported to the sender
     bool fenced = false;          // the receive half was fenced: writes no longer land
     int lose_records = 0;         // the next N messages vanish on the wire (nothing lands)
@@ -446,8 +449,7 @@ public:
                     continue;
                 }
                 if (l_.rdma) {
-                    ++l_.wholes;
-                    const int rc = sink.whole(f.gen, f.seq, f.tag, f.size, f.entry);
+                    const int rc = whole(sink, f);
                     l_.streams[i].pop_front();
                     moved = true;
                     --budget;
@@ -534,8 +536,7 @@ public:
                     ++it;
                     continue;
                 }
-                ++l_.wholes;
-                (void)sink.whole(it->gen, it->seq, it->tag, it->size, it->entry);
+                (void)whole(sink, *it);
                 it = stream.erase(it);
             }
     }
@@ -557,6 +558,13 @@ public:
     size_t nfds() const override { return 0; }
 
 private:
+    // RDMA mode: the record of `f` polled; the lane's record kind decides how it is told.
+    int whole(vn::RecvSink &sink, const Frame &f)
+    {
+        ++l_.wholes;
+        if (l_.short_records) return sink.whole_short(f.gen, f.seq & 2047, 11, f.size, f.entry);
+        return sink.whole(f.gen, f.seq, f.tag, f.size, f.entry);
+    }
     Lane &l_;
     vn::PathIdentity id_;
 };
@@ -571,6 +579,7 @@ struct Rebuilds {
     std::array<bool, vn::kMaxPaths> refuse{{true, true}};      // "the port is down"
     std::array<int, vn::kMaxPaths> connecting{{0, 0}}; // calls answering "in progress" first
     bool rdma = false; // rebuilt lanes are in RDMA mode
+    bool short_records = false; // ... with short records
     // -- rebuilder log, per slot
     std::array<std::vector<uint64_t>, vn::kMaxPaths> attempts; // now_ns() of each progress()
     std::array<std::vector<uint64_t>, vn::kMaxPaths> refused;  // ... of each refused one
@@ -603,6 +612,7 @@ public:
         }
         Lane &l = lanes_.emplace_back();
         l.rdma = r_.rdma;
+        l.short_records = r_.short_records;
         const int dev = 10 + slot;
         *out = std::make_unique<FakeSendPath>(l, slot, dev);
         r_.handover.push_back(std::make_unique<FakeRecvPath>(l, slot, dev));

@@ -1653,6 +1653,7 @@ struct AckingSink final : vn::RecvSink {
     }
     vn::Holding generation(uint32_t, uint64_t, int, uint64_t) override { return {}; }
     int whole(uint32_t, uint64_t, int32_t, uint64_t, int) override { return -EPROTO; } // TCP: none
+    int whole_short(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
 };
 
 struct AckSink final : vn::SendSink {
