@@ -313,11 +313,24 @@ ssize_t TcpSendPath::recv_back(uint8_t *to, size_t n)
 void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
 {
     for (;;) {
-        const size_t want = back_have_hdr_ ? BackHeader::kSize + back_hdr_.payload() : BackHeader::kSize;
-        if (back_got_ < want) {
-            ssize_t n = recv_back(back_.data() + back_got_, want - back_got_);
+        BackHeader h;
+        const size_t have = back_hi_ - back_lo_;
+        if (have >= BackHeader::kSize) {
+            if (const char *bad = h.decode(back_.data() + back_lo_)) {
+                fail(st, -EPROTO, std::string("back channel from the receiver: ") + bad, true);
+                return;
+            }
+        }
+        const size_t want = have >= BackHeader::kSize ? BackHeader::kSize + h.payload() : BackHeader::kSize;
+        if (have < want) {
+            if (back_lo_ > 0) {
+                std::memmove(back_.data(), back_.data() + back_lo_, have);
+                back_lo_ = 0;
+                back_hi_ = have;
+            }
+            ssize_t n = recv_back(back_.data() + back_hi_, back_.size() - back_hi_);
             if (n > 0) {
-                back_got_ += static_cast<size_t>(n);
+                back_hi_ += static_cast<size_t>(n);
                 continue;
             }
             if (n == 0) {
@@ -331,36 +344,29 @@ void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
             fail(st, -errno, errno_detail("back channel receive failed", errno));
             return;
         }
-        if (!back_have_hdr_) {
-            if (const char *bad = back_hdr_.decode(back_.data())) {
-                fail(st, -EPROTO, std::string("back channel from the receiver: ") + bad, true);
-                return;
-            }
-            back_have_hdr_ = true;
-            if (back_hdr_.payload() > 0) continue;
-        }
-        // One whole message in back_.
-        back_have_hdr_ = false;
-        back_got_ = 0;
+        // One whole message at back_lo_.
+        const uint8_t *msg = back_.data() + back_lo_;
+        back_lo_ += want;
+        if (back_lo_ == back_hi_) back_lo_ = back_hi_ = 0;
         st->heard = true;
-        switch (back_hdr_.kind) {
+        switch (h.kind) {
         case BackHeader::kAck:
-            sink.acked(back_hdr_.value); // acks of any generation are true statements
+            sink.acked(h.value); // acks of any generation are true statements
             // Wait time of the newest ack: the receiver's ack delay, plus how long the ack
             // has sat unread here (measured once, in progress()). A heartbeat repeats an
             // ack without its delay: the first copy read dates it, the largest delay counts.
-            if (back_hdr_.value != st->wait_ack || ack_rx_ns_ == 0) {
-                st->wait_ack = back_hdr_.value;
+            if (h.value != st->wait_ack || ack_rx_ns_ == 0) {
+                st->wait_ack = h.value;
                 st->wait_ns = 0;
                 ack_rx_ns_ = back_rx_ns_;
             }
             st->wait_ns =
-                std::max<uint64_t>(st->wait_ns, static_cast<uint64_t>(back_hdr_.delay_us) * 1000);
+                std::max<uint64_t>(st->wait_ns, static_cast<uint64_t>(h.delay_us) * 1000);
             st->wait_stalled_ns = st->wait_ns;
             break;
         case BackHeader::kFailoverRequest:
             st->failover_requested = true;
-            st->failed_slot = back_hdr_.arg;
+            st->failed_slot = h.arg;
             break;
         case BackHeader::kGoodbye:
             goodbye_seen_ = true;
@@ -368,10 +374,10 @@ void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
             return;
         case BackHeader::kCts: {
             CtsGroup g;
-            g.index = back_hdr_.value;
-            const uint8_t *p = back_.data() + BackHeader::kSize;
+            g.index = h.value;
+            const uint8_t *p = msg + BackHeader::kSize;
             g.first_seq = get_le(p, 8);
-            g.n = back_hdr_.count;
+            g.n = h.count;
             for (int k = 0; k < g.n; ++k) {
                 const uint8_t *e = p + 8 + static_cast<size_t>(k) * BackHeader::kEntrySize;
                 CtsEntry &ce = g.entries[static_cast<size_t>(k)];

@@ -89,11 +89,11 @@ private:
     // Control frames waiting for stream 0 ([ctl_off_, ctl_len_) unwritten).
     std::array<uint8_t, 4 * FrameHeader::kSize> ctl_{};
     size_t ctl_len_ = 0, ctl_off_ = 0;
-    // The back channel being read: one message at a time.
-    std::array<uint8_t, BackHeader::kMaxBytes> back_{};
-    size_t back_got_ = 0;
-    BackHeader back_hdr_;
-    bool back_have_hdr_ = false;
+    // The back channel being read, [back_lo_, back_hi_) unparsed: one read takes whatever
+    // arrived (an ack and a CTS group together, or a CTS group whole) instead of a read per
+    // header and per payload.
+    std::array<uint8_t, 8 * BackHeader::kMaxBytes> back_{};
+    size_t back_lo_ = 0, back_hi_ = 0;
     bool goodbye_seen_ = false;
     // Wait time: CLOCK_REALTIME arrival of the newest back-channel byte read (0: unknown), of
     // the newest ack of this progress(), and the end of the previous progress()
