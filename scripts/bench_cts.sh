@@ -4,7 +4,8 @@
 # the plugin, alternating ROUNDS times on the same link, medians and ratios. The default
 # baseline is the last byte-stream core before receiver-driven matching (CTS), to measure
 # what CTS costs: unidirectional bandwidth at 4 MiB and 16 MiB messages and 8-byte ping-pong
-# p50 latency, on loopback and (as root) on a lab veth link. Targets: bandwidth >= 0.95x and
+# p50 latency (with a receive posted ahead, as NCCL posts its next steps, and as a plain
+# ping-pong), on loopback and (as root) on a lab veth link. Targets: bandwidth >= 0.95x and
 # p50 latency <= 1.10x the baseline.
 #   scripts/bench_cts.sh [ROUNDS]
 #   BASE_PLUGIN=/path/libnccl-net-vigil.so scripts/bench_cts.sh   # any other build
@@ -41,13 +42,13 @@ median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) f
 jget() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
 
 # one PLUGIN SRV CLI IFNAME WORKLOAD BYTES ITERS KEY -> the KEY of rank 0's summary
-one() {
+one() { # PLUGIN SRV CLI IFNAME WORKLOAD BYTES ITERS KEY [netbench arguments...]
     local rdv="unix:$tmp/rdv.$RANDOM$RANDOM.sock" srv_pid
     VIGIL_SOCKET_IFNAME="=$4" run_in "$2" "$bin" --plugin "$1" --rank 1 --nranks 2 --rendezvous "$rdv" \
-        --workload "$5" --bytes "$6" --iters "$7" >/dev/null &
+        --workload "$5" --bytes "$6" --iters "$7" "${@:9}" >/dev/null &
     srv_pid=$!
     VIGIL_SOCKET_IFNAME="=$4" run_in "$3" "$bin" --plugin "$1" --rank 0 --nranks 2 --rendezvous "$rdv" \
-        --workload "$5" --bytes "$6" --iters "$7" >"$tmp/one.json"
+        --workload "$5" --bytes "$6" --iters "$7" "${@:9}" >"$tmp/one.json"
     wait "$srv_pid"
     jget "$tmp/one.json" "$8"
 }
@@ -63,13 +64,19 @@ site() { # label SRV CLI IFNAME
         local v b; v=$(median "${vs[@]}"); b=$(median "${bs[@]}")
         printf "%-36s %10.3f %10.3f %8.3f\n" "$label bw $((size >> 20)) MiB (GB/s)" "$v" "$b" "$(python3 -c "print($v/$b)")"
     done
-    local vl=() bl=()
-    for ((k = 0; k < ROUNDS; k++)); do
-        vl+=("$(one "$plugin" "$srv" "$cli" "$ifn" latency 8 20000 lat_p50_us)")
-        bl+=("$(one "$BASE_PLUGIN" "$srv" "$cli" "$ifn" latency 8 20000 lat_p50_us)")
+    # The latency workload keeps a receive posted ahead (as NCCL posts its next steps), then
+    # as a plain ping-pong (each receive posted after the previous message).
+    local ahead
+    for ahead in 1 0; do
+        local vl=() bl=()
+        for ((k = 0; k < ROUNDS; k++)); do
+            vl+=("$(one "$plugin" "$srv" "$cli" "$ifn" latency 8 20000 lat_p50_us --recv-ahead $ahead)")
+            bl+=("$(one "$BASE_PLUGIN" "$srv" "$cli" "$ifn" latency 8 20000 lat_p50_us --recv-ahead $ahead)")
+        done
+        local v b; v=$(median "${vl[@]}"); b=$(median "${bl[@]}")
+        printf "%-36s %10.2f %10.2f %8.3f\n" "$label lat 8 B p50 (us)$([[ $ahead == 0 ]] && echo ", plain")" "$v" "$b" \
+            "$(python3 -c "print($v/$b)")"
     done
-    local v b; v=$(median "${vl[@]}"); b=$(median "${bl[@]}")
-    printf "%-36s %10.2f %10.2f %8.3f\n" "$label lat 8 B p50 (us)" "$v" "$b" "$(python3 -c "print($v/$b)")"
 }
 
 if [[ -z ${NETLAB:-} ]]; then

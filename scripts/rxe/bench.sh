@@ -6,7 +6,8 @@
 #   bandwidth  ib_write_bw vs vigil-netbench's bandwidth workload (rank 0 -> rank 1, one
 #              direction), alternating ROUNDS times per size; medians and vigil/perftest
 #   latency    ib_write_lat vs vigil-netbench's latency workload (8-byte ping-pong), RTT/2
-#              p50 both, alternating ROUNDS times
+#              p50 both, alternating ROUNDS times; netbench with a receive posted ahead (as
+#              NCCL posts its next steps) and as a plain ping-pong (--recv-ahead 0)
 #   failover   FAULTS port faults (rank 0's primary port down, then up) under a looping
 #              all-reduce: per fault the time from the port going down to the plugin's
 #              failover (detection) and from the failover to the first replayed message
@@ -94,18 +95,23 @@ fi
 if [[ $tests == *latency* ]]; then
     echo "| latency, 8 B | ib_write_lat p50 (us) | vigil verbs p50 (us) | vigil / perftest |"
     echo "|---|---|---|---|"
-    pl=() vl=()
+    pl=() va=() v0=()
     for ((k = 0; k < rounds; k++)); do
         line=$(perftest ib_write_lat 8 -n 1000 -C)
         # columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9 (cycles)
         c=$(awk '{print $5}' <<<"$line")
         [[ -n $c ]] && pl+=("$(python3 -c "print($c / $mhz)")")
-        f=$(vigil --workload latency --bytes 8 --iters 1000)
-        vl+=("$(json "$f" lat_p50_us)")
+        f=$(vigil --workload latency --bytes 8 --iters 1000 --recv-ahead 1)
+        va+=("$(json "$f" lat_p50_us)")
+        f=$(vigil --workload latency --bytes 8 --iters 1000 --recv-ahead 0)
+        v0+=("$(json "$f" lat_p50_us)")
     done
-    p=$(median "${pl[@]}") v=$(median "${vl[@]}")
-    printf '| 1000 round trips, median of %d runs | %.1f | %.1f | %.2f |\n' "$rounds" "$p" "$v" \
-        "$(python3 -c "print($v / $p if $p > 0 else 0)")"
+    p=$(median "${pl[@]}")
+    for row in "receive posted ahead (as NCCL)" "plain ping-pong"; do
+        if [[ $row == plain* ]]; then v=$(median "${v0[@]}"); else v=$(median "${va[@]}"); fi
+        printf '| 1000 round trips, %s, median of %d runs | %.1f | %.1f | %.2f |\n' "$row" "$rounds" "$p" "$v" \
+            "$(python3 -c "print($v / $p if $p > 0 else 0)")"
+    done
     echo
 fi
 

@@ -5,6 +5,7 @@
 // address, and runs validated workloads: latency ping-pong, bandwidth sweep, ring all-reduce
 // of float32 on host memory, multi-recv tag matching.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <climits>
@@ -49,6 +50,7 @@ struct Options {
     int iters = -1;
     int warmup = -1;
     int window = 8;
+    bool recv_ahead = true; // latency: a receive posted ahead of the message awaited
     int64_t slice = 1 << 20;
     bool check = false;
     int dev = 0;
@@ -81,6 +83,9 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
   --iters N --warmup N iterations (defaults depend on the workload)
   --window N           requests in flight per direction (default 8, max 64; above 32
                        the plugin must answer some irecv calls with a NULL request)
+  --recv-ahead 0|1     latency: keep a receive posted ahead of the message awaited, as
+                       NCCL does with its next steps (default 1); 0: post each receive
+                       after the previous message (the plain ping-pong)
   --slice SIZE         all-reduce slice per request (default 1M)
   --check              validate every received byte (always on for allreduce and multirecv)
   --dev D              NCCL device index to use (default 0)
@@ -189,6 +194,11 @@ Options parse(int argc, char **argv)
         else if (a == "--iters") o.iters = count();
         else if (a == "--warmup") o.warmup = count();
         else if (a == "--window") o.window = count();
+        else if (a == "--recv-ahead") {
+            const int v = count();
+            if (v > 1) bad_usage("--recv-ahead wants 0 or 1, not " + std::to_string(v));
+            o.recv_ahead = v == 1;
+        }
         else if (a == "--slice") o.slice = size();
         else if (a == "--check") o.check = true;
         else if (a == "--dev") o.dev = count();
@@ -572,38 +582,56 @@ int Bench::run()
 }
 
 // Ping-pong between ranks 0 and 1; rank 0 times each round trip and reports half of it.
+// With --recv-ahead 1 each rank keeps a receive posted ahead of the message it waits for, in
+// two buffers, as NCCL's proxy posts the receives of its next steps as soon as their slots
+// are free: a receiver-driven plugin's clear-to-send for the next message then travels while
+// the rank waits, not between a message and its answer. Rank 0 posts the receive of answer
+// it+1 right after sending ping it; rank 1 reposts a buffer right after answering from it.
+// With 0, the plain ping-pong: each receive is posted once the previous message is in, rank 0
+// before its next ping and rank 1 after its answer.
 void Bench::latency()
 {
     if (o_.nranks != 2) die("latency needs --nranks 2");
     const size_t size = static_cast<size_t>(o_.bytes < 0 ? 8 : o_.bytes);
     const int iters = o_.iters < 0 ? 20000 : o_.iters;
     const int warmup = o_.warmup < 0 ? 1000 : o_.warmup;
-    Buffer sb, rb;
+    const int total = warmup + iters;
+    Buffer sb;
+    std::array<Buffer, 2> rb;
     reg(sb, size);
-    reg(rb, size);
+    for (Buffer &b : rb) reg(b, size);
     std::vector<double> rtt;
     rtt.reserve(static_cast<size_t>(iters));
     int tag = 1 - o_.rank;
-    size_t rsize = size;
-    void *rdata = rb.mem.data();
-    void *rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv[0]);
-    for (int it = 0; it < warmup + iters; ++it) {
+    std::array<void *, 2> rreq{};
+    auto post = [&](int it) { // the receive of message `it` (into buffer it % 2)
+        Buffer &b = rb[static_cast<size_t>(it % 2)];
+        void *d = b.mem.data();
+        size_t sz = size;
+        rreq[static_cast<size_t>(it % 2)] = post_recv(1, &d, &sz, &tag, &b.mh_recv[0]);
+    };
+    const bool ahead = o_.recv_ahead;
+    post(0);
+    if (ahead && o_.rank == 1 && total > 1) post(1);
+    for (int it = 0; it < total; ++it) {
         if (o_.check) fill(sb.mem.data(), size, static_cast<uint64_t>(it * 2 + o_.rank));
+        const Buffer &in = rb[static_cast<size_t>(it % 2)];
         int got = 0;
         if (o_.rank == 0) {
             const double t = now_s();
             void *sreq = post_send(sb.mem.data(), size, sb.mh_send[0]);
-            wait(rreq, &got);
+            if (ahead && it + 1 < total) post(it + 1);
+            wait(rreq[static_cast<size_t>(it % 2)], &got);
             const double dt = now_s() - t;
             if (it >= warmup) rtt.push_back(dt);
-            if (o_.check) errors_ += count_bad(rb.mem.data(), size, static_cast<uint64_t>(it * 2 + 1));
-            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv[0]);
+            if (o_.check) errors_ += count_bad(in.mem.data(), size, static_cast<uint64_t>(it * 2 + 1));
+            if (!ahead && it + 1 < total) post(it + 1);
             wait(sreq, nullptr);
         } else {
-            wait(rreq, &got);
-            if (o_.check) errors_ += count_bad(rb.mem.data(), size, static_cast<uint64_t>(it * 2));
+            wait(rreq[static_cast<size_t>(it % 2)], &got);
+            if (o_.check) errors_ += count_bad(in.mem.data(), size, static_cast<uint64_t>(it * 2));
             void *sreq = post_send(sb.mem.data(), size, sb.mh_send[0]);
-            if (it + 1 < warmup + iters) rreq = post_recv(1, &rdata, &rsize, &tag, &rb.mh_recv[0]);
+            if (ahead ? it + 2 < total : it + 1 < total) post(ahead ? it + 2 : it + 1);
             wait(sreq, nullptr);
         }
         if (static_cast<size_t>(got) != size) ++errors_;
@@ -622,7 +650,7 @@ void Bench::latency()
                     lat_p50_us_, lat_p99_us_, rtt.back() * 1e6 / 2);
     }
     dereg(sb);
-    dereg(rb);
+    for (Buffer &b : rb) dereg(b);
 }
 
 // Unidirectional stream rank 0 -> rank 1 with `window` requests in flight, for each size.
