@@ -15,7 +15,9 @@
 # From the host:  scripts/rxe/vm.sh 'scripts/rxe/topo.sh up && scripts/rxe/bench.sh'
 # Environment: BENCH_BUILD (build directory, default build), ROUNDS (3), FAULTS (24),
 # BENCH_TESTS (default "bandwidth latency failover"), BENCH_WINDOW (netbench requests in
-# flight, default 32: NCCL's NCCL_NET_MAX_REQUESTS).
+# flight, default 32: NCCL's NCCL_NET_MAX_REQUESTS), BENCH_YIELD (1, the default: netbench
+# yields the CPU after a polling pass that moved nothing, as NCCL's proxy thread does, which
+# leaves rxe's kernel work room on the guest's two CPUs; 0: it spins).
 # Everything runs under the emulated CPU (TCG): compare the ratios, not the absolute figures.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +29,8 @@ rounds=${ROUNDS:-3}
 faults=${FAULTS:-24}
 window=${BENCH_WINDOW:-32}
 tests=${BENCH_TESTS:-bandwidth latency failover}
+yield=()
+[[ ${BENCH_YIELD:-1} == 1 ]] && yield=(--yield)
 tmp=$(mktemp -d /tmp/vigil-rxe-bench.XXXXXX)
 pids=()
 cleanup() {
@@ -50,7 +54,7 @@ vigil() {
     local r
     pids=()
     for r in 1 0; do
-        VIGIL_IB_HCA=${hca[r]} "$nb" --plugin "$plugin" --rank "$r" --nranks 2 \
+        VIGIL_IB_HCA=${hca[r]} "$nb" --plugin "$plugin" --rank "$r" --nranks 2 "${yield[@]}" \
             --rendezvous "unix:$tmp/rdv.$n" --timeout 300 "$@" >"$tmp/out$n.$r" 2>"$tmp/err$n.$r" &
         pids[r]=$!
     done

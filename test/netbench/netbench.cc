@@ -63,7 +63,7 @@ struct Options {
     int tuner_nodes = 0;  // nNodes told to the tuner (0: one rank per node)
     bool loop = false;    // all-reduce until the ranks agree to stop (SIGUSR1)
     bool progress = false; // every rank prints a JSON progress line per iteration
-    bool yield = false;   // all-reduce: yield the CPU after a polling pass that moved nothing
+    bool yield = false;   // yield the CPU after a polling pass that moved nothing
 };
 
 [[noreturn]] void usage(int rc)
@@ -110,10 +110,11 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
                        iteration and then closes cleanly. No rendezvous barrier between
                        iterations: the ring alone paces the ranks, as under NCCL, so a dead
                        peer surfaces through the plugin, never through the rendezvous
-  --yield              all-reduce: yield the CPU after a polling pass in which no request was
-                       posted or completed, as NCCL's proxy progress thread does (proxy.cc,
-                       ncclProxyProgress), so ranks sharing few cores leave the plugin's
-                       threads room to run
+  --yield              yield the CPU after a polling pass in which no request was posted
+                       or completed (latency: after each test() of a pending request), as
+                       NCCL's proxy progress thread does (proxy.cc, ncclProxyProgress), so
+                       ranks sharing few cores leave the plugin's threads (and a software
+                       RDMA device's kernel work) room to run
   --progress           all-reduce: every rank prints, after each validated iteration, one
                        line {"type":"progress","rank","iter","mono_s" (CLOCK_MONOTONIC, the
                        plugin log's clock),"msgs" (completed requests),"bytes_verified",
@@ -413,8 +414,8 @@ bool Bench::poll(void *req, int *sizes, int peer, int ch)
 
 void Bench::wait(void *req, int *sizes)
 {
-    while (!poll(req, sizes)) {
-    }
+    while (!poll(req, sizes))
+        if (o_.yield) std::this_thread::yield();
 }
 
 void Bench::reg(Buffer &b, size_t n)
@@ -686,6 +687,7 @@ void Bench::bandwidth()
         int tag = 0; // the sender's rank
         if (std::string e = rdv_.barrier(); !e.empty()) die(e);
         while (completed < total) {
+            const int before = posted + completed;
             for (int b = 0; b < nbuf; ++b) {
                 const size_t bi = static_cast<size_t>(b);
                 // The timed part starts with an empty pipe: post past the warm-up only once
@@ -718,6 +720,7 @@ void Bench::bandwidth()
                     }
                 }
             }
+            if (o_.yield && posted + completed == before) std::this_thread::yield();
         }
         const double dt = now_s() - t0;
         if (std::string e = rdv_.barrier(); !e.empty()) die(e);
