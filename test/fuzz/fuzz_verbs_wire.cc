@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the verbs fabric's wire formats (net_plugin/verbs/verbs_wire.h): the set-up
-// Hello and Answer with their PathEnd, the control message header Ctl, and the message
-// Record written into the receiver's record ring. The header makes no libibverbs calls, so
+// Hello and Answer with their PathEnd, the control message header Ctl, the message Record
+// written into the receiver's record ring, and a short message's immediate (ShortImm). The header makes no libibverbs calls, so
 // this target builds with or without rdma-core.
 //
 // Input: up to kCtlBytes (256) bytes. Its first Hello::kSize (152) bytes, zero-padded, are
-// decoded as a Hello, an Answer, a PathEnd and a Record (bytes [32,36) give the Record's
-// immediate); the whole input as a Ctl of the input's own length, as a RECV slot receives it.
+// decoded as a Hello, an Answer, a PathEnd and a Record (bytes [32,36) give the immediate,
+// which is also decoded as a short message's when its top bit is set); the whole input as a
+// Ctl of the input's own length, as a RECV slot receives it.
 // Properties: what decodes re-encodes to the same bytes (Answer: its status, and its end when
 // the status is 0; Ctl: its 24-byte header), and what the verbs path then trusts is bounded
 // (QP count 1..16 with every used QP number non-zero and 24-bit, MTU 1..5, a CTS group of
 // 1..8 entries of exactly the bytes received, an entry index < 8, a record's size within
-// the limit and its sequence number matching the immediate).
+// the limit and its sequence number matching the immediate; a short immediate's fields in
+// range and re-encoding to the same 32 bits).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -95,11 +97,20 @@ void record(const uint8_t *p, uint32_t imm)
 {
     vw::Record r;
     if (r.decode(p, imm, kMaxMessage) != nullptr) return;
-    FUZZ_CHECK(static_cast<uint32_t>(r.seq) == imm);
+    FUZZ_CHECK((r.seq & vw::Record::kImmSeqMask) == imm && !vw::ShortImm::is_short(imm));
     FUZZ_CHECK(r.size <= kMaxMessage && r.entry < vw::Ctl::kMaxEntries);
     std::array<uint8_t, vw::kRecordBytes> again{};
     r.encode(again.data());
     FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
+}
+
+void short_imm(uint32_t imm)
+{
+    if (!vw::ShortImm::is_short(imm)) return;
+    const vw::ShortImm s = vw::ShortImm::decode(imm);
+    FUZZ_CHECK(s.entry < vw::Ctl::kMaxEntries && vw::ShortImm::fits(s.size) &&
+               s.seq_low < (1u << vw::ShortImm::kSeqBits));
+    FUZZ_CHECK(vw::ShortImm::encode(s.seq_low, s.size, s.entry) == imm);
 }
 
 // An exact-size heap copy of the first `n` bytes: ASan sees any read past them.
@@ -133,6 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     answer(Copy(buf, vw::Answer::kSize).p);
     path_end(Copy(buf, vw::PathEnd::kSize).p);
     record(Copy(buf, vw::kRecordBytes).p, static_cast<uint32_t>(vw::get_le(buf + 32, 4)));
+    short_imm(static_cast<uint32_t>(vw::get_le(buf + 32, 4)));
     // A RECV slot holds kCtlBytes; the message is its first `len` bytes, and a read past
     // them would take stale bytes of an earlier message: the copy ends there.
     const size_t len = std::min(size, static_cast<size_t>(vw::kCtlBytes));

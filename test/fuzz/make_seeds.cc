@@ -296,10 +296,12 @@ void verbs_wire()
     r.tag = 9;
     r.entry = 7;
     b = encoded(r, 36);
-    vw::put_le(b.data() + 32, 7, 4); // the immediate: low 32 bits of seq
+    vw::put_le(b.data() + 32, 7, 4); // the immediate: low 31 bits of seq
     put("verbs-wire", "record", b);
     vw::put_le(b.data() + 32, 8, 4);
     put("verbs-wire", "near-record-imm", b);
+    vw::put_le(b.data() + 32, vw::ShortImm::encode(0x1234567, 8, 3), 4);
+    put("verbs-wire", "short-imm", b);
 }
 
 // ---- VIGIL_* environments -------------------------------------------------------------------
