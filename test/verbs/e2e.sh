@@ -6,6 +6,8 @@
 # Every fault case checks its fault fired (the plugin's WARN/INFO lines) and the data exact.
 #   api V          ncclNet vV (8..12): latency, bandwidth, all-reduce, multi-recv, exact
 #   local-down     rank 0's primary port down mid-run: failover, exact; back up: failback
+#   local-down-small  the same with 32 KiB messages, each one RDMA write with immediate
+#                  (ShortImm), so the replay after the failover is of short messages
 #   remote-down    the peer's end of that path down (host B's port): the same
 #   flap           rank 0's primary port down/up 5 times, a failback after each
 #   backup-too     primary down, then the backup too, then the primary back within the fatal
@@ -111,9 +113,11 @@ api)
         echo "v$v ${w%% *}: ok, $(json "$OUT.out0" bytes) bytes"
     done
     ;;
-local-down | remote-down)
-    [[ $CASE == local-down ]] && p=a0 || p=b0
-    start --workload allreduce --bytes 1M --loop
+local-down | remote-down | local-down-small)
+    [[ $CASE == remote-down ]] && p=b0 || p=a0
+    bytes=1M
+    [[ $CASE == local-down-small ]] && bytes=64K # two ranks: 32 KiB per message
+    start --workload allreduce --bytes "$bytes" --loop
     wait_for "accepted primary" 60 0
     sleep 2
     port "$p" down
