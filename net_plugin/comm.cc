@@ -35,13 +35,13 @@ const char *host_name()
 int Comm::test(Request *r, int *done, int *sizes) noexcept
 {
     *done = 0;
-    if (!polled_.load(std::memory_order_relaxed)) polled_.store(true, std::memory_order_relaxed);
     if (r->state.load(std::memory_order_acquire) != Request::kDone) {
         // Progress inline when nobody else is (cuts a thread hand-off from latency); the
         // engine thread covers the case where NCCL polls slowly or not at all.
         if (mu_.try_lock()) {
             progress_locked();
             mu_.unlock();
+            if (!polled_.load(std::memory_order_relaxed)) polled_.store(true, std::memory_order_relaxed);
         }
         if (r->state.load(std::memory_order_acquire) != Request::kDone)
             return error_.load(std::memory_order_acquire);

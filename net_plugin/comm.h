@@ -154,8 +154,8 @@ protected:
     std::mutex mu_;
     std::atomic<int> error_{0};
     std::atomic<uint64_t> next_timer_ns_{0};
-    /// test() ran since the engine's last timer tick: the application polls, so completions
-    /// need not wake the engine thread.
+    /// test() progressed the comm itself since the engine's last timer tick: the application
+    /// polls, so completions need not wake the engine thread.
     std::atomic<bool> polled_{false};
     /// Whether the engine wants to be woken by this comm's fds (their epoll interest, and
     /// rearm's `arm`); decided at each timer tick from polled_. Under mu_.

@@ -438,8 +438,8 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
                " is not registered on the device of this path";
         return false;
     }
-    // A small message is one write with immediate into the advertised buffer (ShortImm); a
-    // larger one is payload writes, then its record.
+    // A message of at most ShortImm::kMaxSize bytes is one write with immediate into the
+    // advertised buffer; a larger one is payload writes, then its record.
     const bool brief = ShortImm::fits(m.size);
     const uint64_t chunks = brief || m.size == 0 ? 0 : (m.size + kMaxWriteBytes - 1) / kMaxWriteBytes;
     const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
@@ -463,7 +463,7 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     };
     if (brief) {
         completing(0, reinterpret_cast<uintptr_t>(m.data), static_cast<uint32_t>(m.size), mr != nullptr ? mr->lkey : 0,
-                   ShortImm::encode(m.seq, m.size, m.entry), m.dest.addr, rkey);
+                   ShortImm::encode(m.seq, m.entry), m.dest.addr, rkey);
     } else {
         size_t k = 0;
         for (uint64_t c = 0; c < chunks; ++c, ++k) {
@@ -728,17 +728,14 @@ void VerbsRecvPath::on_record(uint32_t imm, RecvSink &sink, PathStatus *st)
 void VerbsRecvPath::on_short(uint32_t imm, uint32_t byte_len, RecvSink &sink, PathStatus *st)
 {
     const ShortImm s = ShortImm::decode(imm);
-    if (byte_len != s.size) {
-        eng_.fail(st, -EPROTO,
-                  "a short message's write of " + std::to_string(byte_len) + " bytes says it holds " +
-                      std::to_string(s.size),
-                  true);
+    if (!ShortImm::fits(byte_len)) {
+        eng_.fail(st, -EPROTO, "a short message's write of " + std::to_string(byte_len) + " bytes", true);
         return;
     }
-    if (int rc = sink.whole_short(gen_, s.seq_low, ShortImm::kSeqBits, s.size, s.entry); rc != 0)
+    if (int rc = sink.whole_short(gen_, s.seq_low, ShortImm::kSeqBits, byte_len, s.entry); rc != 0)
         eng_.fail(st, rc,
                   "short message seq " + std::to_string(s.seq_low) + " (mod 2^" + std::to_string(ShortImm::kSeqBits) +
-                      ") size " + std::to_string(s.size) + " for buffer " + std::to_string(s.entry) +
+                      ") size " + std::to_string(byte_len) + " for buffer " + std::to_string(s.entry) +
                       (rc == -EMSGSIZE ? " larger than the posted receive buffer" : " matches no advertised receive"),
                   true);
 }

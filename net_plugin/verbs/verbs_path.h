@@ -4,11 +4,11 @@
 // receiver advertised in its CTS entry, then RDMA-writes (with immediate) the message's record
 // into the receiver's record ring on the same QP; the write's RC completion is the ack (the
 // receiver holds the data). A message of at most ShortImm::kMaxSize bytes is one write with
-// immediate into the buffer, the immediate standing in for the record. Control messages (CTS groups, generation notices and the holding
-// answer, probes, heartbeats, failover requests, goodbyes) travel as SEND/RECV on the same
-// QPs. After a generation notice the sender waits for the receiver's holding answer and never
-// writes a message the receiver already holds (an RDMA write cannot be discarded once it
-// lands, and the buffer may be NCCL's again).
+// immediate into the buffer, the immediate standing in for the record. Control messages (CTS
+// groups, generation notices and the holding answer, probes, heartbeats, failover requests,
+// goodbyes) travel as SEND/RECV on the same QPs. After a generation notice the sender waits for
+// the receiver's holding answer and never writes a message the receiver already holds (an RDMA
+// write cannot be discarded once it lands, and the buffer may be NCCL's again).
 #pragma once
 
 #include <array>

@@ -83,7 +83,7 @@ struct PathEnd {
 /// Connector -> listener, first bytes on the set-up socket of one path.
 struct Hello {
     static constexpr uint32_t kMagic = 0x48564c56; // "VLVH"
-    static constexpr uint8_t kVersion = 1;
+    static constexpr uint8_t kVersion = 2; ///< 2: short messages (ShortImm)
     static constexpr size_t kSize = 48 + PathEnd::kSize;
     uint8_t version = kVersion;
     uint8_t slot = 0;    ///< path slot: 0 primary, 1 backup
@@ -261,36 +261,35 @@ struct Record {
 
 /// A message small enough to need no record: its payload goes in one RDMA WRITE with
 /// immediate straight into the advertised buffer, and the immediate says the rest (one work
-/// request and one completion per message instead of two: the latency of small messages).
-/// The tag is the entry's (the sender bound the message to that entry by its tag), the
-/// generation the path's latest notice, and the sequence number is given modulo 2^kSeqBits:
-/// the receiver unwraps it around its window (kMaxInflight wide, 256), which leaves room for a
-/// write of a message up to 2^(kSeqBits-1) behind the window to be recognised as a replay.
+/// request and one completion per message instead of two). The size is the write's length
+/// (the receive completion's byte_len: a message is never split across QPs), the tag is the
+/// entry's (the sender bound the message to that entry by its tag), the generation the
+/// path's latest notice, and the sequence number is given modulo 2^kSeqBits: the receiver
+/// unwraps it around its window (kMaxInflight wide, 256), so a late write of a message up to
+/// 2^(kSeqBits-1) behind the window is still recognised as a replay. kMaxSize keeps NCCL's
+/// 128 KiB p2p chunks on this path and its larger collective steps on the record path.
 /// Layout of the 32-bit immediate (host order):
-///   [31] 1  [30:28] entry  [27:17] seq mod 2^11  [16:0] size (at most kMaxSize)
+///   [31] 1  [30:28] entry  [27:0] seq mod 2^28
 struct ShortImm {
-    static constexpr int kSeqBits = 11;
-    static constexpr uint32_t kMaxSize = (1u << 17) - 1; ///< bytes
+    static constexpr int kSeqBits = 28;
+    static constexpr uint64_t kMaxSize = 256 << 10; ///< bytes, inclusive
     static_assert(Ctl::kMaxEntries <= 8);
     uint32_t seq_low = 0; ///< seq mod 2^kSeqBits
-    uint32_t size = 0;
     uint8_t entry = 0;
 
     static bool is_short(uint32_t imm) { return (imm >> 31) != 0; }
     static bool fits(uint64_t size) { return size <= kMaxSize; }
-    /// The immediate of message `seq` (size <= kMaxSize, entry < 8).
-    static uint32_t encode(uint64_t seq, uint64_t size, int entry)
+    /// The immediate of message `seq` for CTS entry `entry` (< 8).
+    static uint32_t encode(uint64_t seq, int entry)
     {
-        return 1u << 31 | static_cast<uint32_t>(entry & 7) << 28 |
-               static_cast<uint32_t>(seq & ((1u << kSeqBits) - 1)) << 17 | static_cast<uint32_t>(size);
+        return 1u << 31 | static_cast<uint32_t>(entry & 7) << 28 | static_cast<uint32_t>(seq & ((1u << kSeqBits) - 1));
     }
     /// Decodes an immediate with the top bit set. Every field is in range by construction.
     static ShortImm decode(uint32_t imm)
     {
         ShortImm s;
         s.entry = static_cast<uint8_t>(imm >> 28 & 7);
-        s.seq_low = imm >> 17 & ((1u << kSeqBits) - 1);
-        s.size = imm & kMaxSize;
+        s.seq_low = imm & ((1u << kSeqBits) - 1);
         return s;
     }
 };

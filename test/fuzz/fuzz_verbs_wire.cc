@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the verbs fabric's wire formats (net_plugin/verbs/verbs_wire.h): the set-up
 // Hello and Answer with their PathEnd, the control message header Ctl, the message Record
-// written into the receiver's record ring, and a short message's immediate (ShortImm). The header makes no libibverbs calls, so
-// this target builds with or without rdma-core.
+// written into the receiver's record ring, and a short message's immediate (ShortImm). The
+// header makes no libibverbs calls, so this target builds with or without rdma-core.
 //
 // Input: up to kCtlBytes (256) bytes. Its first Hello::kSize (152) bytes, zero-padded, are
 // decoded as a Hello, an Answer, a PathEnd and a Record (bytes [32,36) give the immediate,
@@ -108,9 +108,8 @@ void short_imm(uint32_t imm)
 {
     if (!vw::ShortImm::is_short(imm)) return;
     const vw::ShortImm s = vw::ShortImm::decode(imm);
-    FUZZ_CHECK(s.entry < vw::Ctl::kMaxEntries && vw::ShortImm::fits(s.size) &&
-               s.seq_low < (1u << vw::ShortImm::kSeqBits));
-    FUZZ_CHECK(vw::ShortImm::encode(s.seq_low, s.size, s.entry) == imm);
+    FUZZ_CHECK(s.entry < vw::Ctl::kMaxEntries && s.seq_low < (1u << vw::ShortImm::kSeqBits));
+    FUZZ_CHECK(vw::ShortImm::encode(s.seq_low, s.entry) == imm);
 }
 
 // An exact-size heap copy of the first `n` bytes: ASan sees any read past them.

@@ -300,7 +300,7 @@ void verbs_wire()
     put("verbs-wire", "record", b);
     vw::put_le(b.data() + 32, 8, 4);
     put("verbs-wire", "near-record-imm", b);
-    vw::put_le(b.data() + 32, vw::ShortImm::encode(0x1234567, 8, 3), 4);
+    vw::put_le(b.data() + 32, vw::ShortImm::encode(0x1234567, 3), 4);
     put("verbs-wire", "short-imm", b);
 }
 

@@ -196,8 +196,8 @@ TEST_CASE("rdma: short records unwrap their sequence numbers past 2^11, across a
     Net n(config(), true, true);
     make_rdma(n, true);
     Traffic t(*n.send, *n.recv);
-    // 2600 messages: the residues wrap once; the failover lands right before the wrap, so the
-    // replayed records (some already held) unwrap around a floor near 2048.
+    // 2600 messages: the residues (mod 2^11 in the fake) wrap once, right after the failover,
+    // so the backup's records unwrap around a floor crossing 2048.
     for (int batch = 0; batch < 26; ++batch) {
         if (batch == 20) n.primary().break_link();
         for (int i = 0; i < 100; ++i) {
