@@ -92,6 +92,11 @@ void Comm::on_ready() noexcept
 {
     std::lock_guard<std::mutex> g(mu_);
     if (detached_) return;
+    engine_progress_locked();
+}
+
+void Comm::engine_progress_locked() noexcept
+{
     rearm_locked(wake_);
     progress_locked();
 }
@@ -108,8 +113,7 @@ void Comm::on_tick() noexcept
         wake_ = !polled;
         for (size_t i = 0; i < nfds(); ++i) ProgressEngine::instance().interest(fd(i), this, wake_);
     }
-    rearm_locked(wake_);
-    progress_locked();
+    engine_progress_locked();
 }
 
 void Comm::fail_locked(int err, const std::string &what) noexcept

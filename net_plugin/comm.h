@@ -119,6 +119,9 @@ protected:
     virtual void progress_locked() noexcept = 0;
     /// SendPath/RecvPath::rearm(arm) of every live path; called with mu_ held, from the engine.
     virtual void rearm_locked(bool arm) noexcept = 0;
+    /// What the engine does for this comm, on an fd event and on a tick: rearm_locked(wake_),
+    /// then progress_locked(). Called with mu_ held.
+    void engine_progress_locked() noexcept;
     /// Says goodbye on every live path; called with mu_ held.
     virtual void goodbye_locked() noexcept = 0;
     virtual size_t nfds() const noexcept = 0;

@@ -315,13 +315,14 @@ void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
     for (;;) {
         BackHeader h;
         const size_t have = back_hi_ - back_lo_;
-        if (have >= BackHeader::kSize) {
+        size_t want = BackHeader::kSize; // the header, then the whole message it announces
+        if (have >= want) {
             if (const char *bad = h.decode(back_.data() + back_lo_)) {
                 fail(st, -EPROTO, std::string("back channel from the receiver: ") + bad, true);
                 return;
             }
+            want += h.payload();
         }
-        const size_t want = have >= BackHeader::kSize ? BackHeader::kSize + h.payload() : BackHeader::kSize;
         if (have < want) {
             if (back_lo_ > 0) {
                 std::memmove(back_.data(), back_.data() + back_lo_, have);

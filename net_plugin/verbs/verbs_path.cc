@@ -441,7 +441,7 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     // A message of at most ShortImm::kMaxSize bytes is one write with immediate into the
     // advertised buffer; a larger one is payload writes, then its record.
     const bool brief = ShortImm::fits(m.size);
-    const uint64_t chunks = brief || m.size == 0 ? 0 : (m.size + kMaxWriteBytes - 1) / kMaxWriteBytes;
+    const uint64_t chunks = brief ? 0 : (m.size + kMaxWriteBytes - 1) / kMaxWriteBytes;
     const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
     const int qi = eng_.next_qp();
     if (eng_.sq_used(qi) + wrs > kSendDepth) return false; // full: later
@@ -717,12 +717,16 @@ void VerbsRecvPath::on_record(uint32_t imm, RecvSink &sink, PathStatus *st)
     }
     // The payload writes came before the record on its QP: the whole message is in place.
     if (int rc = sink.whole(rec.gen, rec.seq, rec.tag, rec.size, rec.entry); rc != 0)
-        eng_.fail(st, rc,
-                  "message seq " + std::to_string(rec.seq) + " tag " + std::to_string(rec.tag) + " size " +
-                      std::to_string(rec.size) + " for buffer " + std::to_string(rec.entry) +
-                      (rc == -EMSGSIZE ? " larger than the posted receive buffer"
-                                       : " matches no advertised receive"),
-                  true);
+        refused(st, rc,
+                "message seq " + std::to_string(rec.seq) + " tag " + std::to_string(rec.tag) + " size " +
+                    std::to_string(rec.size) + " for buffer " + std::to_string(rec.entry));
+}
+
+void VerbsRecvPath::refused(PathStatus *st, int rc, const std::string &what)
+{
+    eng_.fail(st, rc,
+              what + (rc == -EMSGSIZE ? " larger than the posted receive buffer" : " matches no advertised receive"),
+              true);
 }
 
 void VerbsRecvPath::on_short(uint32_t imm, uint32_t byte_len, RecvSink &sink, PathStatus *st)
@@ -733,11 +737,9 @@ void VerbsRecvPath::on_short(uint32_t imm, uint32_t byte_len, RecvSink &sink, Pa
         return;
     }
     if (int rc = sink.whole_short(gen_, s.seq_low, ShortImm::kSeqBits, byte_len, s.entry); rc != 0)
-        eng_.fail(st, rc,
-                  "short message seq " + std::to_string(s.seq_low) + " (mod 2^" + std::to_string(ShortImm::kSeqBits) +
-                      ") size " + std::to_string(byte_len) + " for buffer " + std::to_string(s.entry) +
-                      (rc == -EMSGSIZE ? " larger than the posted receive buffer" : " matches no advertised receive"),
-                  true);
+        refused(st, rc,
+                "short message seq " + std::to_string(s.seq_low) + " (mod 2^" + std::to_string(ShortImm::kSeqBits) +
+                    ") size " + std::to_string(byte_len) + " for buffer " + std::to_string(s.entry));
 }
 
 void VerbsRecvPath::on_control(const uint8_t *m, size_t len, RecvSink &sink, PathStatus *st)

@@ -276,6 +276,9 @@ private:
     void on_record(uint32_t imm, RecvSink &sink, PathStatus *st);
     /// A short message's write with immediate (ShortImm) of `byte_len` bytes completed.
     void on_short(uint32_t imm, uint32_t byte_len, RecvSink &sink, PathStatus *st);
+    /// The receiving core refused message `what` (whole() or whole_short() returned `rc`):
+    /// the path fails, fatally, with one line saying why.
+    void refused(PathStatus *st, int rc, const std::string &what);
     /// A control message from the sender (`len` bytes at `m`).
     void on_control(const uint8_t *m, size_t len, RecvSink &sink, PathStatus *st);
 
