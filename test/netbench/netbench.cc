@@ -632,7 +632,7 @@ void Bench::latency()
             wait(rreq[static_cast<size_t>(it % 2)], &got);
             if (o_.check) errors_ += count_bad(in.mem.data(), size, static_cast<uint64_t>(it * 2));
             void *sreq = post_send(sb.mem.data(), size, sb.mh_send[0]);
-            if (ahead ? it + 2 < total : it + 1 < total) post(ahead ? it + 2 : it + 1);
+            if (const int next = it + (ahead ? 2 : 1); next < total) post(next);
             wait(sreq, nullptr);
         }
         if (static_cast<size_t>(got) != size) ++errors_;
