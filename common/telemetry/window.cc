@@ -24,35 +24,53 @@ int DegradeDetector::feed(const WindowRecord &w)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
     const uint64_t wait = static_cast<uint64_t>(w.wait_us) * 1000;
-    const bool loaded = static_cast<double>(w.busy_ns) >= cfg_.min_busy * window_ns && // else idle
-                        w.avg_queued_bytes >= cfg_.min_queued_bytes && // else latency-bound
-                        !w.receiver_bound; // the receiving application held the data, not the path
+    const bool busy = static_cast<double>(w.busy_ns) >= cfg_.min_busy * window_ns; // else idle
+    const bool queued = w.avg_queued_bytes >= cfg_.min_queued_bytes; // else latency-bound
+    // The receiving application held the data, not the path.
+    const bool loaded = busy && queued && !w.receiver_bound;
+    // The end of a counted busy period: what kept the path busy in the loaded windows before
+    // completes here, then the path goes idle (see "Tail" above).
+    const bool tail = !busy && queued && !w.receiver_bound && w.ops > 0 && n_ > 0 &&
+                      loaded_run_ > cfg_.settle;
     loaded_run_ = loaded ? loaded_run_ + 1 : 0;
-    // Not loaded, or the start of a busy period (a path left idle moves it faster than it
-    // sustains: a token-bucket shaper refilled meanwhile): no evidence itself, but wait time
-    // it reports belongs to the loaded windows before (after its own busy time, which is the
-    // part of the wait closest to the report).
-    if (!loaded || loaded_run_ <= cfg_.settle) {
+    const int k = std::clamp(cfg_.k, 1, kMaxK);
+    if (tail) {
+        const int i = (pos_ - 1 + k) % k;
+        bytes_[i] += w.bytes;
+        busy_[i] += w.busy_ns;
+        ops_[i] += w.ops;
+        sum_bytes_ += w.bytes;
+        sum_busy_ += w.busy_ns;
+        sum_ops_ += w.ops;
+        attribute_wait(wait);
+    } else if (!loaded || loaded_run_ <= cfg_.settle) {
+        // Not loaded, or the start of a busy period (a path left idle moves it faster than it
+        // sustains: a token-bucket shaper refilled meanwhile): no evidence itself, but wait
+        // time it reports belongs to the loaded windows before (after its own busy time,
+        // which is the part of the wait closest to the report).
         attribute_wait(wait - std::min(wait, w.busy_ns));
         return 0;
-    }
-    const int k = std::clamp(cfg_.k, 1, kMaxK);
-    if (n_ == k) {
-        sum_bytes_ -= bytes_[pos_];
-        sum_busy_ -= busy_[pos_];
-        sum_wait_ -= wait_[pos_];
     } else {
-        ++n_;
+        if (n_ == k) {
+            sum_bytes_ -= bytes_[pos_];
+            sum_busy_ -= busy_[pos_];
+            sum_ops_ -= ops_[pos_];
+            sum_wait_ -= wait_[pos_];
+        } else {
+            ++n_;
+        }
+        bytes_[pos_] = w.bytes;
+        busy_[pos_] = w.busy_ns;
+        ops_[pos_] = w.ops;
+        wait_[pos_] = 0;
+        sum_bytes_ += w.bytes;
+        sum_busy_ += w.busy_ns;
+        sum_ops_ += w.ops;
+        pos_ = (pos_ + 1) % k;
+        attribute_wait(wait);
+        ++since_change_;
+        if (slow_for_ > 0) ++slow_for_;
     }
-    bytes_[pos_] = w.bytes;
-    busy_[pos_] = w.busy_ns;
-    wait_[pos_] = 0;
-    sum_bytes_ += w.bytes;
-    sum_busy_ += w.busy_ns;
-    pos_ = (pos_ + 1) % k;
-    attribute_wait(wait);
-    ++since_change_;
-    if (slow_for_ > 0) ++slow_for_;
     // A verdict needs a full span, a completion in this window (a stall without one may still
     // be reported as wait time) and enough of the path's own busy time to judge.
     if (n_ < k || w.ops == 0) return 0;
@@ -77,7 +95,11 @@ int DegradeDetector::feed(const WindowRecord &w)
         // What is learned keeps the end points' wait in: the wait idled the path too, and
         // taken out it would credit the burst after it to the path. On a busy host that makes
         // the baseline low, the detector less sensitive: never wrong in the other direction.
-        if (!slow && healthy) {
+        // And only from spans of enough completions: with few, the span's bytes are lumps (a
+        // message completes in one window after taking many) and its rate swings by several
+        // times either way; the baseline's quick rise would follow the high swings.
+        const bool smooth = sum_ops_ >= std::min<uint64_t>(cfg_.min_learn_ops, static_cast<uint64_t>(k));
+        if (!slow && healthy && smooth) {
             const double x = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
             ++healthy_seen_;
             if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {

@@ -63,6 +63,15 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// `k` loaded windows: their bytes over their busy time minus their wait time (single short
 /// windows are too lumpy when a message takes longer than a window).
 ///
+/// Tail. A busy period ends in a window that is mostly idle: the messages that kept the path
+/// busy through the loaded windows before complete early in it, and the path then has nothing
+/// to carry. That window is not loaded, but its bytes are what the busy time before it
+/// produced: it is added to the newest loaded window it follows (bytes and busy time; a
+/// verdict may be taken on it). Dropped, as it once was, a span of large messages (a 4 MiB
+/// NCCL step takes tens of 1 ms windows) lost the bytes of every busy period's last
+/// completions while keeping the busy time that carried them, and a healthy path looked
+/// several times slower than it was (the 4-rank demo's false alarms on a 2-core host).
+///
 /// Wait time (busy host). On a host whose CPUs are saturated, the sender's progress or the
 /// receiver's reader may not run for milliseconds (its thread waits for a CPU, or for a lock
 /// held by a preempted thread). Data then sits in a socket buffer, or an ack sits unread, while
@@ -92,6 +101,15 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// does not. Nothing else, and nothing while degraded, feeds the baseline. It never exceeds
 /// the device's link speed when that is known.
 ///
+/// Lumpy spans. A span of fewer than `min_learn_ops` (or `k`) completions (messages that take
+/// several windows: 4 MiB steps on a 2 Gbit/s port) is judged, but teaches the baseline
+/// nothing: its bytes arrive in lumps, so its rate swings by several times either way, and
+/// the quick rise above would carry the baseline up to the high swings (on the 4-rank demo,
+/// to 1.6-1.8x what the port sustains), after which an ordinary low swing looks degraded.
+/// A workload that only ever makes such spans leaves the detector unarmed (no verdict), which
+/// at NCCL's step sizes means a link below ~10 Gbit/s; a path that becomes that slow after
+/// the baseline was learned is still judged, and flagged.
+///
 /// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
 /// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
 /// processing held up on a saturated host, before any socket timestamp) drags one span down, a
@@ -105,6 +123,7 @@ struct DetectorConfig {
     double ewma_alpha = 0.05;        ///< baseline rise per healthy aggregate above it
     double ewma_alpha_down = 0.0025; ///< baseline fall per healthy aggregate below it
     int warmup = 16;                 ///< healthy loaded windows before a verdict is possible
+    uint64_t min_learn_ops = 5;      ///< completions a span needs to teach the baseline (at most k)
     int settle = 8;                  ///< loaded windows at the start of a busy period ignored
     double link_bytes_per_s = 0;     ///< 0: no cap
 };
@@ -141,7 +160,8 @@ private:
     int loaded_run_ = 0;   // loaded windows since the last one that was not
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
-    uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0;
+    uint64_t ops_[kMaxK] = {};
+    uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0, sum_ops_ = 0;
     int n_ = 0, pos_ = 0; // pos_: next slot to write (the newest is pos_ - 1)
 };
 
