@@ -191,13 +191,16 @@ void drain(Writer &wr)
                 "{\"type\":\"window\",\"path\":%u,\"seq\":%llu,\"start_ns\":%llu,\"window_us\":%u,\"generation\":%u,"
                 "\"bytes\":%llu,\"ops\":%llu,\"busy_ns\":%llu,\"busy_bw_Bps\":%.0f,\"lat_p50_ns\":%llu,"
                 "\"lat_p99_ns\":%llu,\"lat_max_ns\":%llu,\"peak_inflight_bytes\":%llu,\"replays\":%u,\"errors\":%u,"
-                "\"state\":%u,\"degraded\":%u,\"receiver_bound\":%u}\n",
+                "\"state\":%u,\"degraded\":%u,\"receiver_bound\":%u,\"wait_us\":%u,\"avg_queued_bytes\":%llu,"
+                "\"baseline_Bps\":%llu,\"judged_Bps\":%llu}\n",
                 i, static_cast<unsigned long long>(r.seq), static_cast<unsigned long long>(r.start_ns), r.window_us,
                 r.generation, static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.ops),
                 static_cast<unsigned long long>(r.busy_ns), r.busy_bandwidth(),
                 static_cast<unsigned long long>(r.lat_p50_ns), static_cast<unsigned long long>(r.lat_p99_ns),
                 static_cast<unsigned long long>(r.lat_max_ns), static_cast<unsigned long long>(r.peak_inflight_bytes),
-                r.replays, r.errors, r.state, r.degraded, r.receiver_bound);
+                r.replays, r.errors, r.state, r.degraded, r.receiver_bound, r.wait_us,
+                static_cast<unsigned long long>(r.avg_queued_bytes), static_cast<unsigned long long>(r.baseline_bps),
+                static_cast<unsigned long long>(r.judged_bps));
             put(wr, buf, n);
         }
         e.ring.tail.store(head, std::memory_order_release);
