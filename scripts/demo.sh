@@ -48,8 +48,7 @@ for p in "${pids[@]}"; do wait "$p" || rc=1; done
 echo "== plugin banner (rank 0):"
 grep -m1 "loaded" "$logs/rank0.log" || true
 echo "== warnings in the ranks' logs: $(cat "$logs"/rank*.log | grep -c " WARN " || true)" \
-     "($(cat "$logs"/rank*.log | grep -c "path degraded" || true) degraded-path verdicts: the $HOSTS ranks and their" \
-     "progress threads share $(nproc) CPU cores here, so paths slow down while ranks compute)"
+     "($(cat "$logs"/rank*.log | grep -c "path degraded" || true) degraded-path verdicts)"
 echo "== vigil report $logs/files (full output: $logs/report.txt, plots: $logs/report/*.png)"
 build/common/vigil report --out "$logs/report" "$logs/files" >"$logs/report.txt" 2>&1 || rc=1
 grep -E "^(slowest|arrival|plots)" "$logs/report.txt" || true
