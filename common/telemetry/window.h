@@ -106,9 +106,10 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// nothing: its bytes arrive in lumps, so its rate swings by several times either way, and
 /// the quick rise above would carry the baseline up to the high swings (on the 4-rank demo,
 /// to 1.6-1.8x what the port sustains), after which an ordinary low swing looks degraded.
-/// A workload that only ever makes such spans leaves the detector unarmed (no verdict), which
-/// at NCCL's step sizes means a link below ~10 Gbit/s; a path that becomes that slow after
-/// the baseline was learned is still judged, and flagged.
+/// A workload that only ever makes such spans leaves the detector unarmed (no verdict): one
+/// message in flight at a time, each taking more than k / 5 windows (6.4 ms at the defaults:
+/// 4 MiB below ~5 Gbit/s, 512 KiB below ~0.7 Gbit/s). A path that becomes that slow after the
+/// baseline was learned is still judged, and flagged.
 ///
 /// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
 /// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
