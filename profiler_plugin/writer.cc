@@ -3,6 +3,7 @@
 #include "writer.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -108,6 +110,14 @@ struct Out {
         if (fd >= 0) ::close(fd);
         fd = -1;
     }
+    /// In a forked child: closes this process's descriptor without writing the buffered
+    /// bytes, which are the parent's to write.
+    void forget()
+    {
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+        buf.clear();
+    }
 };
 
 /// Wall-clock microseconds ("%lld.%03lld") of a CLOCK_MONOTONIC time.
@@ -183,6 +193,7 @@ struct Writer {
     std::condition_variable cv;
     std::thread th;
     bool running = false;
+    bool started = false; // the thread has entered loop()
     bool stop = false;
     Out trace, summary;
     std::unordered_map<uint64_t, Agg> pending;
@@ -205,6 +216,32 @@ Writer &W()
     // that exits with communicators alive; the library's Lifetime stops the thread instead.
     static Writer *w = new Writer;
     return *w;
+}
+
+// fork(): data-loader workers fork processes with live communicators. Before it, the writer
+// thread is let finish its cycle and is held off until fork returns (it runs nothing outside
+// `mu` once started, and start_writer waits for the start), so the child's copy of the
+// writer's state and of the heap is never caught mid-drain (an allocator without fork
+// handlers, such as GCC 12's AddressSanitizer runtime, would leave the child a lock held by
+// a thread that does not exist there). In the child, single-threaded: the thread, its mutex
+// and condition variable are the parent's and are replaced unused (a condition variable with
+// a waiter that will never wake can block the next notify); the files and the counters
+// segment belong to the parent, so the child closes its descriptors without writing a byte
+// and without unlinking the segment.
+void before_fork() { W().mu.lock(); }
+void after_fork_in_parent() { W().mu.unlock(); }
+void after_fork_in_child()
+{
+    Writer &w = W();
+    new (&w.th) std::thread();
+    new (&w.cv) std::condition_variable();
+    new (&w.mu) std::mutex();
+    w.running = false;
+    w.stop = false;
+    w.trace.forget();
+    w.summary.forget();
+    std::fill(std::begin(w.comm_entry), std::end(w.comm_entry), nullptr);
+    w.metrics.forget();
 }
 
 void put(Out &o, const char *s, size_t n) { o.put(s, n); }
@@ -585,6 +622,8 @@ void loop()
 {
     Writer &w = W();
     std::unique_lock<std::mutex> g(w.mu);
+    w.started = true;
+    w.cv.notify_all();
     while (!w.stop) {
         drain_locked(w);
         w.cv.wait_for(g, std::chrono::nanoseconds(w.cfg.period_ns));
@@ -660,8 +699,10 @@ void write_stats(Writer &w)
 int start_writer(const WriterConfig &cfg)
 {
     Writer &w = W();
-    std::lock_guard<std::mutex> g(w.mu);
+    std::unique_lock<std::mutex> g(w.mu);
     if (w.running) return 0;
+    static const bool fork_handlers = pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) == 0;
+    if (!fork_handlers) VLOG_WARN("pthread_atfork failed: a process forked while profiling may hang or lose its counters");
     w.cfg = cfg;
     w.stop = false;
     w.trace = Out{};
@@ -674,12 +715,16 @@ int start_writer(const WriterConfig &cfg)
     if (int e = w.metrics.open(); e != 0)
         VLOG_WARN("profiler counters segment: %s; vigil export will not show collectives", std::strerror(-e));
     const int rc = open_files(w);
+    w.started = false;
     try {
         w.th = std::thread(loop);
     } catch (const std::exception &e) {
         VLOG_WARN("cannot start the profiler writer thread: %s", e.what());
         return -EAGAIN;
     }
+    // Returns once the thread runs our code, under `mu` from then on: a fork right after
+    // init must not catch it starting (see before_fork).
+    w.cv.wait(g, [&] { return w.started; });
     w.running = true;
     return rc;
 }

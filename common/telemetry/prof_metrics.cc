@@ -71,6 +71,16 @@ void ProfMetrics::close()
     seg_ = Segment{};
 }
 
+void ProfMetrics::forget()
+{
+    if (hdr_ == nullptr) return;
+    munmap(seg_.base, seg_.size);
+    ::close(seg_.fd);
+    hdr_ = nullptr;
+    entries_ = nullptr;
+    seg_ = Segment{};
+}
+
 CommEntry *ProfMetrics::add_comm(uint64_t comm_hash, const char *name, int rank, int nranks)
 {
     if (hdr_ == nullptr) return nullptr;

@@ -86,6 +86,10 @@ public:
     void set_totals(uint64_t events, uint64_t dropped);
     /// Unmaps and unlinks the segment (idempotent); entries handed out become invalid.
     void close();
+    /// In a forked child: unmaps the segment and closes this process's descriptor without
+    /// unlinking it (the parent owns it; its flock stays with the parent's descriptor).
+    /// Entries handed out become invalid. Idempotent.
+    void forget();
 
 private:
     ProfHeader *hdr_ = nullptr;
