@@ -34,23 +34,16 @@ int DegradeDetector::feed(const WindowRecord &w)
                       loaded_run_ > cfg_.settle;
     loaded_run_ = loaded ? loaded_run_ + 1 : 0;
     const int k = std::clamp(cfg_.k, 1, kMaxK);
-    if (tail) {
-        const int i = (pos_ - 1 + k) % k;
-        bytes_[i] += w.bytes;
-        busy_[i] += w.busy_ns;
-        ops_[i] += w.ops;
-        sum_bytes_ += w.bytes;
-        sum_busy_ += w.busy_ns;
-        sum_ops_ += w.ops;
-        attribute_wait(wait);
-    } else if (!loaded || loaded_run_ <= cfg_.settle) {
-        // Not loaded, or the start of a busy period (a path left idle moves it faster than it
-        // sustains: a token-bucket shaper refilled meanwhile): no evidence itself, but wait
-        // time it reports belongs to the loaded windows before (after its own busy time,
-        // which is the part of the wait closest to the report).
-        attribute_wait(wait - std::min(wait, w.busy_ns));
-        return 0;
-    } else {
+    if (!tail) {
+        if (!loaded || loaded_run_ <= cfg_.settle) {
+            // Not loaded, or the start of a busy period (a path left idle moves it faster than
+            // it sustains: a token-bucket shaper refilled meanwhile): no evidence itself, but
+            // wait time it reports belongs to the loaded windows before (after its own busy
+            // time, which is the part of the wait closest to the report).
+            attribute_wait(wait - std::min(wait, w.busy_ns));
+            return 0;
+        }
+        // A counted loaded window: a new slot, the oldest one leaving a full span.
         if (n_ == k) {
             sum_bytes_ -= bytes_[pos_];
             sum_busy_ -= busy_[pos_];
@@ -59,18 +52,21 @@ int DegradeDetector::feed(const WindowRecord &w)
         } else {
             ++n_;
         }
-        bytes_[pos_] = w.bytes;
-        busy_[pos_] = w.busy_ns;
-        ops_[pos_] = w.ops;
-        wait_[pos_] = 0;
-        sum_bytes_ += w.bytes;
-        sum_busy_ += w.busy_ns;
-        sum_ops_ += w.ops;
+        bytes_[pos_] = busy_[pos_] = ops_[pos_] = wait_[pos_] = 0;
         pos_ = (pos_ + 1) % k;
-        attribute_wait(wait);
         ++since_change_;
         if (slow_for_ > 0) ++slow_for_;
     }
+    // The window's bytes, busy time and completions go to the newest slot (a tail's to the
+    // loaded window before it), its wait to the newest slots that have busy time for it.
+    const int i = (pos_ - 1 + k) % k;
+    bytes_[i] += w.bytes;
+    busy_[i] += w.busy_ns;
+    ops_[i] += w.ops;
+    sum_bytes_ += w.bytes;
+    sum_busy_ += w.busy_ns;
+    sum_ops_ += w.ops;
+    attribute_wait(wait);
     // A verdict needs a full span, a completion in this window (a stall without one may still
     // be reported as wait time) and enough of the path's own busy time to judge.
     if (n_ < k || w.ops == 0) return 0;
