@@ -52,7 +52,7 @@ fi
 
 # Lab part: per-window busy bandwidth of host 0's send primary through a degradation.
 for h in 0 1; do for p in 0 1; do scripts/netlab.sh degrade "$h" "$p" 800mbit; done; done
-export VIGIL_WINDOW_US=5000 VIGIL_DEGRADE_PCT=70 NCCL_DEBUG=WARN
+export VIGIL_WINDOW_US=5000 VIGIL_DEGRADE_PCT=70 VIGIL_DEGRADE_WINDOWS=32 NCCL_DEBUG=WARN
 rdv=unix:$tmp/lab.sock
 source scripts/pids.sh
 ranks=()
@@ -73,7 +73,7 @@ done
 PY=python3
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && PY=/usr/bin/python3
 $PY - "$tmp" <<'PY'
-import json, sys
+import json, os, sys
 tmp = sys.argv[1]
 paths, wins = {}, {}
 for line in open(f"{tmp}/follow.jsonl"):
@@ -98,7 +98,7 @@ t0 = w[0]["start_ns"] / 1e9
 fig, ax = plt.subplots(figsize=(9, 4))
 xs = [x["start_ns"] / 1e9 - t0 for x in w]
 ax.plot(xs, [x["busy_bw_Bps"] * 8 / 1e6 for x in w], lw=0.6, color="tab:blue", label="busy-time bandwidth per 5 ms window")
-ax.plot(xs, [x["judged_Bps"] * 8 / 1e6 for x in w], lw=1.5, color="black", label="detector: last 8 loaded windows")
+ax.plot(xs, [x["judged_Bps"] * 8 / 1e6 for x in w], lw=1.5, color="black", label=f"detector: last {os.environ['VIGIL_DEGRADE_WINDOWS']} loaded windows")
 ax.plot(xs, [x["baseline_Bps"] * 8 / 1e6 for x in w], lw=1, ls="--", color="gray", label="baseline")
 for x in w:
     if x["degraded"]:
