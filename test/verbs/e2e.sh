@@ -6,8 +6,11 @@
 # Every fault case checks its fault fired (the plugin's WARN/INFO lines) and the data exact.
 #   api V          ncclNet vV (8..12): latency, bandwidth, all-reduce, multi-recv, exact
 #   local-down     rank 0's primary port down mid-run: failover, exact; back up: failback
-#   local-down-small  the same with 32 KiB messages, each one RDMA write with immediate
-#                  (ShortImm), so the replay after the failover is of short messages
+#   local-down-small  the same under a stream of 32 KiB messages, each one RDMA write with
+#                  immediate (ShortImm), repeated (at most 10 faults) until a failover
+#                  replays some: the replay is of short messages
+#   local-down-small-qps2  the same with VIGIL_IB_QPS_PER_CONN=2: messages round-robin over
+#                  two RC QPs per path, the replay too
 #   remote-down    the peer's end of that path down (host B's port): the same
 #   flap           rank 0's primary port down/up 5 times, a failback after each
 #   backup-too     primary down, then the backup too, then the primary back within the fatal
@@ -113,22 +116,39 @@ api)
         echo "v$v ${w%% *}: ok, $(json "$OUT.out0" bytes) bytes"
     done
     ;;
-local-down | remote-down | local-down-small)
+local-down | remote-down | local-down-small | local-down-small-qps2)
+    # The small cases stream 32 KiB slices, eight in flight, and are about short messages
+    # in the replay: a failover that finds none un-acknowledged (the emulated CPU leaves the
+    # link idle about half the time) proves nothing there, so the port fails again, after the
+    # failback, until one replays messages (at most 10 times).
     [[ $CASE == remote-down ]] && p=b0 || p=a0
-    bytes=1M
-    [[ $CASE == local-down-small ]] && bytes=64K # two ranks: 32 KiB per message
-    start --workload allreduce --bytes "$bytes" --loop
+    args=(--bytes 1M) tries=1
+    [[ $CASE == local-down-small* ]] && args=(--bytes 1M --slice 32K) tries=10
+    [[ $CASE == *-qps2 ]] && export VIGIL_IB_QPS_PER_CONN=2
+    start --workload allreduce "${args[@]}" --loop
     wait_for "accepted primary" 60 0
     sleep 2
-    port "$p" down
-    wait_for "failover: primary dev rxe_a0:1" 30 0
-    sleep 1
-    port "$p" up
-    wait_for "failback to primary dev rxe_a0:1" 60 0
+    for ((i = 1; i <= tries; i++)); do
+        port "$p" down
+        wait_count "failover: primary dev rxe_a0:1" "$i" 30 0
+        sleep 0.5
+        port "$p" up
+        wait_count "failback to primary dev rxe_a0:1" "$i" 60 0
+        grep "failover: primary dev rxe_a0:1" "$OUT.err0" | grep -q "replaying [1-9]" && break
+        sleep 0.$((RANDOM % 10))
+    done
     sleep 1
     stop_ok
-    grep "failover: primary dev rxe_a0:1" "$OUT.err0" | head -1
+    grep "failover: primary dev rxe_a0:1" "$OUT.err0" | grep -o "generation [0-9]*, replaying [0-9]* messages"
+    line=$(grep "failover: primary dev rxe_a0:1" "$OUT.err0" | grep -m1 "replaying [1-9]" || true)
+    ((tries == 1)) || [[ -n $line ]] || fail "none of $tries failovers replayed a message"
+    [[ -n $line ]] || line=$(grep -m1 "failover: primary dev rxe_a0:1" "$OUT.err0")
     grep "first replayed message acknowledged" "$OUT.err0" | head -1 || true
+    if [[ $CASE == *-qps2 ]]; then
+        # The failover names each path's QPs: two per path on both sides.
+        [[ $line =~ \(qp\ 0x[0-9a-f]+,0x[0-9a-f]+\ -\>\ 0x[0-9a-f]+,0x[0-9a-f]+\) ]] ||
+            fail "the failed path did not have 2 QPs (VIGIL_IB_QPS_PER_CONN=2)"
+    fi
     ;;
 flap)
     start --workload allreduce --bytes 1M --loop
