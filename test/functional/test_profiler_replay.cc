@@ -35,6 +35,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
@@ -869,7 +870,8 @@ Outcome run_child(const std::string &tag, const Env &env, const std::function<vo
     std::fflush(stderr);
     const pid_t pid = fork();
     if (pid == 0) {
-        alarm(120); // a hang is reported as SIGALRM
+        setpgid(0, 0); // its own group: whatever it leaves behind is ended with it (below)
+        alarm(120);    // a hang is reported as SIGALRM
         std::vector<std::string> names;
         for (char **e = environ; e && *e; ++e)
             if (std::strncmp(*e, "VIGIL_", 6) == 0) {
@@ -906,6 +908,13 @@ Outcome run_child(const std::string &tag, const Env &env, const std::function<vo
         o.drv_error = std::string("fork: ") + std::strerror(errno);
         return o;
     }
+    // A process the scenario forked and left hanging would hold the test's output pipe open
+    // (and meson waiting for it) long after the scenario failed: the group is ended while the
+    // child is still a zombie, whose pid (the group's id) cannot be reused meanwhile.
+    siginfo_t si{};
+    while (waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+    }
+    kill(-pid, SIGKILL);
     while (waitpid(pid, &o.status, 0) < 0 && errno == EINTR) {
     }
     try {
