@@ -2146,7 +2146,9 @@ TEST_CASE("5. several communicators", "[profiler-replay]")
 
 TEST_CASE("6. a user thread and a proxy thread, 2000 collectives", "[profiler-replay]")
 {
-    Outcome o = run_child("threads", {}, body_threads);
+    // Each thread's ring holds all its events: the writer may be starved for a while on a
+    // loaded host (the count must be exact; keeping up is a benchmark's question).
+    Outcome o = run_child("threads", {{"VIGIL_PROFILE_RING", "32768"}}, body_threads);
     REQUIRE_CHILD_OK(o);
     REQUIRE_FILES_OK(o);
     INFO("scenario dir " << o.dir);
@@ -2546,6 +2548,19 @@ TEST_CASE("17. more communicators over the process's life than context slots", "
 // must not unlink the parent's counters segment (`vigil export` reads it) when it leaves after
 // the parent finalized its last communicator.
 
+#if defined(__SANITIZE_ADDRESS__)
+// LeakSanitizer's check at exit is not reliable in a process forked from a multithreaded one
+// with GCC 12's runtime: its thread registry keeps the parent's thread ids ("Running thread N
+// was not suspended") and its tracer can crash on them (the child then exits 1). The runtime
+// asks this hook (sanitizer/lsan_interface.h) before it checks; the children of scenario 18
+// say no; the test's own process is checked as usual.
+static std::atomic<bool> g_no_leak_check{false};
+extern "C" __attribute__((used, visibility("default"))) int __lsan_is_turned_off()
+{
+    return g_no_leak_check.load() ? 1 : 0;
+}
+#endif
+
 /// Forks a child that leaves with exit(0) (static destructors and atexit handlers run in it)
 /// and returns its exit code (128 + signal when killed).
 int fork_and_exit()
@@ -2553,6 +2568,9 @@ int fork_and_exit()
     const pid_t child = fork();
     if (child == 0) {
         alarm(30); // not inherited from the scenario's alarm; a hang is reported as SIGALRM
+#if defined(__SANITIZE_ADDRESS__)
+        g_no_leak_check = true;
+#endif
         std::exit(0);
     }
     if (child < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
