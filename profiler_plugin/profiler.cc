@@ -32,7 +32,6 @@ std::atomic<uint32_t> g_recorded{0};
 int64_t g_mono_to_real = 0;
 pid_t g_pid = 0;
 WriterConfig g_writer_cfg; // from the parameters, read when no communicator is live
-pid_t g_writer_pid = 0; // the process whose writer thread runs (a forked child has none)
 
 /// A free context slot (never used, or finalized: NCCL sends nothing for a finalized
 /// communicator, and its records were drained at finalize), or 0. Under g_init_mu.
@@ -52,8 +51,7 @@ struct Lifetime {
     {
         std::unique_lock<std::mutex> g(g_init_mu, std::try_to_lock); // another thread may be
         if (!g.owns_lock()) return;                                  // stuck in init at exit
-        if (g_writer_pid == getpid()) stop_writer();
-        g_writer_pid = 0;
+        stop_writer(); // a no-op in a forked child: the writer's fork handler says none runs
         if (g_refs == 0 && Recorder::instance().release()) release_writer();
     }
 } g_lifetime;
@@ -251,7 +249,6 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
         if (int e = start_writer(g_writer_cfg); e != 0)
             VLOG_WARN("VIGIL_PROFILE_DIR %s: %s; profiling continues without files", g_writer_cfg.dir.c_str(),
                       std::strerror(-e));
-        g_writer_pid = getpid();
     }
     writer_add_context(c);
     ++g_refs;
@@ -267,10 +264,7 @@ ncclResult_t finalize(void *context)
     if (c == nullptr) return ncclSuccess;
     writer_finalize_context(*c);
     c->live.store(false, std::memory_order_release); // its slot may be reused from now on
-    if (--g_refs == 0) {
-        stop_writer();
-        g_writer_pid = 0;
-    }
+    if (--g_refs == 0) stop_writer();
     return ncclSuccess;
 }
 

@@ -107,8 +107,7 @@ struct Out {
     void close()
     {
         flush();
-        if (fd >= 0) ::close(fd);
-        fd = -1;
+        forget();
     }
     /// In a forked child: closes this process's descriptor without writing the buffered
     /// bytes, which are the parent's to write.

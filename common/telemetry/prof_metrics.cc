@@ -64,11 +64,7 @@ void ProfMetrics::close()
 {
     if (hdr_ == nullptr) return;
     unlink(seg_.path.c_str());
-    munmap(seg_.base, seg_.size);
-    ::close(seg_.fd);
-    hdr_ = nullptr;
-    entries_ = nullptr;
-    seg_ = Segment{};
+    forget();
 }
 
 void ProfMetrics::forget()
