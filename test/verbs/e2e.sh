@@ -139,10 +139,11 @@ local-down | remote-down | local-down-small | local-down-small-qps2)
     done
     sleep 1
     stop_ok
-    grep "failover: primary dev rxe_a0:1" "$OUT.err0" | grep -o "generation [0-9]*, replaying [0-9]* messages"
-    line=$(grep "failover: primary dev rxe_a0:1" "$OUT.err0" | grep -m1 "replaying [1-9]" || true)
+    failovers=$(grep "failover: primary dev rxe_a0:1" "$OUT.err0")
+    grep -o "generation [0-9]*, replaying [0-9]* messages" <<<"$failovers"
+    line=$(grep -m1 "replaying [1-9]" <<<"$failovers" || true)
     ((tries == 1)) || [[ -n $line ]] || fail "none of $tries failovers replayed a message"
-    [[ -n $line ]] || line=$(grep -m1 "failover: primary dev rxe_a0:1" "$OUT.err0")
+    [[ -n $line ]] || line=$(head -1 <<<"$failovers")
     grep "first replayed message acknowledged" "$OUT.err0" | head -1 || true
     if [[ $CASE == *-qps2 ]]; then
         # The failover names each path's QPs: two per path on both sides.
