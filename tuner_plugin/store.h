@@ -60,8 +60,10 @@ protected:
 /// (a slot is reused for block + ring only when every member is past block).
 std::unique_ptr<Store> make_shm_store(uint32_t max_members);
 /// Redis store at host:port (keys vigil:{<comm hex>}:..., each with `ttl_s` expiry).
-/// `timeout_ms` bounds every connect and command.
-std::unique_ptr<Store> make_redis_store(const std::string &host, int port, int ttl_s, int timeout_ms);
+/// `timeout_ms` bounds every connect and command. nullptr, with *why, when hiredis cannot
+/// be loaded on this host (redis_lib.h).
+std::unique_ptr<Store> make_redis_store(const std::string &host, int port, int ttl_s, int timeout_ms,
+                                        std::string *why);
 
 /// Parses VIGIL_TUNER_STORE: "" or "auto", "shm", "none", "redis://HOST:PORT" (HOST may be
 /// a name, an IPv4 address or [IPv6]). Returns "" and fills *kind ("auto"|"shm"|"none"|

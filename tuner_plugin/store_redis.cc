@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Redis store through hiredis. Every step that must be atomic with the epoch check runs as
+// Redis store through hiredis (opened at run time, redis_lib.h). Every step that must be atomic with the epoch check runs as
 // one Lua script (EVAL), so a register is never written into a Redis that restarted empty
 // unless the writer has seen the new epoch. Keys share the hash tag {<comm hex>} so a Redis
 // Cluster keeps one communicator's keys in one slot.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <hiredis/hiredis.h>
 #include <random>
 
 #include "log.h"
+#include "redis_lib.h"
 #include "store.h"
 
 namespace vigil::tuner {
@@ -41,10 +42,7 @@ constexpr const char *kReadScript =
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, ''} end "
     "local cur = redis.call('GET', KEYS[2]) if cur then return {1, cur} end return {0, ''}";
 
-struct ReplyDeleter {
-    void operator()(redisReply *r) const { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+using Reply = std::unique_ptr<RedisReply>;
 
 class RedisStore final : public Store
 {
@@ -52,10 +50,6 @@ public:
     RedisStore(std::string host, int port, int ttl_s, int timeout_ms)
         : host_(std::move(host)), port_(port), ttl_(std::to_string(ttl_s)), timeout_ms_(timeout_ms)
     {
-    }
-    ~RedisStore() override
-    {
-        if (ctx_ != nullptr) redisFree(ctx_);
     }
 
     std::string describe() const override
@@ -72,7 +66,7 @@ public:
         const std::string n = std::to_string(nonce), ek = key(comm, "epoch");
         Reply r = eval(kEpochScript, {ek}, {n, ttl_});
         if (!r) return -EIO;
-        if (r->type != REDIS_REPLY_STRING || !parse_u64(r->str, r->len, out)) return bad_reply("epoch");
+        if (r->type != RedisReply::kString || !parse_u64(r->str.data(), r->str.size(), out)) return bad_reply("epoch");
         return 0;
     }
 
@@ -83,7 +77,7 @@ public:
         Reply r = eval(kPublishScript, {key(comm, "epoch"), members_key(comm, epoch)},
                        {std::to_string(epoch), id, encode_member(m), ttl_});
         if (!r) return -EIO;
-        if (r->type != REDIS_REPLY_INTEGER) return bad_reply("publish");
+        if (r->type != RedisReply::kInteger) return bad_reply("publish");
         if (r->integer < 0) return -ESTALE;
         *count = static_cast<uint32_t>(std::min<long long>(r->integer, UINT32_MAX));
         return 0;
@@ -94,14 +88,15 @@ public:
         out->clear();
         Reply r = eval(kMembersScript, {key(comm, "epoch"), members_key(comm, epoch)}, {std::to_string(epoch)});
         if (!r) return -EIO;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER)
+        if (r->type != RedisReply::kArray || r->elements.empty() ||
+            r->elements[0].type != RedisReply::kInteger)
             return bad_reply("members");
-        if (r->element[0]->integer < 0) return -ESTALE;
+        if (r->elements[0].integer < 0) return -ESTALE;
         size_t bad = 0;
-        for (size_t i = 1; i < r->elements && i <= 65536; ++i) {
-            const redisReply *e = r->element[i];
+        for (size_t i = 1; i < r->elements.size() && i <= 65536; ++i) {
+            const RedisReply &e = r->elements[i];
             MemberRecord m;
-            if (e->type == REDIS_REPLY_STRING && decode_member(std::string_view(e->str, e->len), &m)) out->push_back(m);
+            if (e.type == RedisReply::kString && decode_member(e.str, &m)) out->push_back(m);
             else ++bad;
         }
         if (bad != 0 && !warned_bad_) {
@@ -136,18 +131,16 @@ public:
         // Pipelined: thousands of registers in one round trip's worth of waiting.
         for (size_t i = 0; i < blocks.size(); ++i) {
             const std::string rk = register_key(comm, blocks[i]), v = encode_view(views[i]);
-            const char *argv[] = {"EVAL", kProposeScript, "3", ek.c_str(), mk.c_str(), rk.c_str(), e.c_str(), "0",
-                                  v.c_str(), ttl_.c_str()};
-            if (redisAppendCommandArgv(ctx_, 10, argv, nullptr) != REDIS_OK) return lost("pipeline");
+            if (conn_.append({"EVAL", kProposeScript, "3", ek, mk, rk, e, "0", v, ttl_}, &error_) != 0)
+                return -EIO;
         }
         int rc = 0;
         for (size_t i = 0; i < blocks.size(); ++i) {
-            void *raw = nullptr;
-            if (redisGetReply(ctx_, &raw) != REDIS_OK) return lost("pipeline");
-            Reply r(static_cast<redisReply *>(raw));
+            RedisReply r;
+            if (conn_.get_reply(&r, &error_) != 0) return -EIO;
             View held;
             bool existed = false;
-            const int one = view_reply(r.get(), &held, &existed, "reassert");
+            const int one = view_reply(&r, &held, &existed, "reassert");
             if (one != 0 && rc == 0) rc = one;
             if (one == 0 && existed && !held.same(views[i])) ++*conflicts;
         }
@@ -192,34 +185,26 @@ private:
         return -EBADMSG;
     }
 
-    int lost(const char *what)
+    int view_reply(const RedisReply *r, View *out, bool *found, const char *what)
     {
-        error_ = std::string(what) + ": " + (ctx_ != nullptr ? ctx_->errstr : "no connection");
-        if (ctx_ != nullptr) redisFree(ctx_);
-        ctx_ = nullptr;
-        return -EIO;
-    }
-
-    int view_reply(const redisReply *r, View *out, bool *found, const char *what)
-    {
-        if (r->type == REDIS_REPLY_ERROR) {
-            error_ = std::string(what) + ": " + std::string(r->str, r->len);
+        if (r->type == RedisReply::kError) {
+            error_ = std::string(what) + ": " + r->str;
             return -EIO;
         }
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-            r->element[1]->type != REDIS_REPLY_STRING)
+        if (r->type != RedisReply::kArray || r->elements.size() != 2 ||
+            r->elements[0].type != RedisReply::kInteger || r->elements[1].type != RedisReply::kString)
             return bad_reply(what);
-        const long long code = r->element[0]->integer;
+        const long long code = r->elements[0].integer;
         if (code == -1) return -ESTALE;
         if (code == -2) return -EAGAIN;
         *found = code == 1;
         if (code == 1 || code == 0) {
-            const redisReply *v = r->element[1];
-            if ((code == 1 || v->len != 0) && !decode_view(std::string_view(v->str, v->len), out)) {
+            const std::string &v = r->elements[1].str;
+            if ((code == 1 || !v.empty()) && !decode_view(v, out)) {
                 error_ = std::string(what) + ": malformed register value";
                 return -EBADMSG;
             }
-            if (code == 0 && v->len != 0) *found = false; // written by us: *out is the proposal
+            if (code == 0 && !v.empty()) *found = false; // written by us: *out is the proposal
             return 0;
         }
         return bad_reply(what);
@@ -227,57 +212,40 @@ private:
 
     int connect()
     {
-        if (ctx_ != nullptr && ctx_->err == 0) return 0;
-        if (ctx_ != nullptr) redisFree(ctx_);
-        timeval tv{timeout_ms_ / 1000, (timeout_ms_ % 1000) * 1000};
-        ctx_ = redisConnectWithTimeout(host_.c_str(), port_, tv);
-        if (ctx_ == nullptr) {
-            error_ = "connect: out of memory";
-            return -ENOMEM;
-        }
-        if (ctx_->err != 0) return lost("connect");
-        if (redisSetTimeout(ctx_, tv) != REDIS_OK) return lost("set timeout");
-        return 0;
+        if (conn_.ok()) return 0;
+        return conn_.connect(host_, port_, timeout_ms_, &error_) == 0 ? 0 : -EIO;
     }
 
     Reply eval(const char *script, std::initializer_list<std::string> keys, std::initializer_list<std::string> args)
     {
         if (connect() != 0) return nullptr;
-        std::vector<const char *> argv;
-        std::vector<size_t> lens;
         const std::string nkeys = std::to_string(keys.size());
-        argv.push_back("EVAL");
-        argv.push_back(script);
-        argv.push_back(nkeys.c_str());
-        for (const std::string &k : keys) argv.push_back(k.c_str());
-        for (const std::string &a : args) argv.push_back(a.c_str());
-        for (const char *a : argv) lens.push_back(std::strlen(a));
-        auto *r = static_cast<redisReply *>(
-            redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()));
-        if (r == nullptr) {
-            lost("command");
+        std::vector<std::string_view> argv{"EVAL", script, nkeys};
+        for (const std::string &k : keys) argv.push_back(k);
+        for (const std::string &a : args) argv.push_back(a);
+        auto r = std::make_unique<RedisReply>();
+        if (conn_.command(argv, r.get(), &error_) != 0) return nullptr;
+        if (r->type == RedisReply::kError) {
+            error_ = r->str;
             return nullptr;
         }
-        if (r->type == REDIS_REPLY_ERROR) {
-            error_ = std::string(r->str, r->len);
-            freeReplyObject(r);
-            return nullptr;
-        }
-        return Reply(r);
+        return r;
     }
 
     std::string host_;
     int port_;
     std::string ttl_;
     int timeout_ms_;
-    redisContext *ctx_ = nullptr;
+    RedisConnection conn_;
     bool warned_bad_ = false;
 };
 
 } // namespace
 
-std::unique_ptr<Store> make_redis_store(const std::string &host, int port, int ttl_s, int timeout_ms)
+std::unique_ptr<Store> make_redis_store(const std::string &host, int port, int ttl_s, int timeout_ms,
+                                        std::string *why)
 {
+    if (!redis_library(why)) return nullptr;
     return std::make_unique<RedisStore>(host, port, ttl_s, timeout_ms);
 }
 

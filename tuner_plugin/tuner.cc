@@ -407,7 +407,17 @@ Store *Tuner::store_for(const CommInfo &info, std::string *why_off)
         if (!shm_store_) shm_store_ = make_shm_store(cfg_.max_members);
         return shm_store_.get();
     }
-    if (!redis_store_) redis_store_ = make_redis_store(store_host_, store_port_, cfg_.ttl_s, cfg_.store_timeout_ms);
+    if (!redis_store_ && !redis_unavailable_) {
+        std::string lib_why;
+        redis_store_ = make_redis_store(store_host_, store_port_, cfg_.ttl_s, cfg_.store_timeout_ms, &lib_why);
+        if (!redis_store_) {
+            redis_unavailable_ = true;
+            VLOG_WARN("VIGIL_TUNER_STORE=%s needs hiredis: %s; rules without a health field apply, health "
+                      "steering is off",
+                      cfg_.store.c_str(), lib_why.c_str());
+        }
+    }
+    if (!redis_store_) *why_off = "hiredis not available";
     return redis_store_.get();
 }
 

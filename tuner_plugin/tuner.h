@@ -201,6 +201,7 @@ private:
     std::thread thread_;
     std::shared_ptr<std::atomic<bool>> stop_flag_; // the running thread's
     std::unique_ptr<Store> shm_store_, redis_store_;
+    bool redis_unavailable_ = false; // hiredis could not be loaded: said once, rules only
     std::string store_kind_, store_host_;
     int store_port_ = 0;
     std::shared_ptr<const Rules> rules_;

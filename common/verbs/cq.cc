@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Completion channel and completion queue.
 #include "cq.h"
+#include "lib.h"
 
 #include <cerrno>
 #include <cstring>
@@ -13,14 +14,14 @@ namespace vigil::verbs {
 
 void CompChannel::Destroy::operator()(ibv_comp_channel *c) const noexcept
 {
-    const int rc = ibv_destroy_comp_channel(c);
+    const int rc = lib().destroy_comp_channel(c);
     if (rc != 0) VLOG_WARN("ibv_destroy_comp_channel: %s", strerror(-errno_rc(rc)));
 }
 
 int CompChannel::create(const Context &ctx, CompChannel *out) noexcept
 {
     errno = 0;
-    ibv_comp_channel *c = ibv_create_comp_channel(ctx.get());
+    ibv_comp_channel *c = lib().create_comp_channel(ctx.get());
     if (c == nullptr) return errno > 0 ? -errno : -ENOMEM;
     std::unique_ptr<ibv_comp_channel, Destroy> owned(c);
     const int flags = fcntl(c->fd, F_GETFL);
@@ -36,15 +37,15 @@ int CompChannel::wait(int timeout_ms, ibv_cq **cq) const noexcept
     if (ready < 0) return errno == EINTR ? 0 : -errno;
     if (ready == 0) return 0;
     void *context = nullptr;
-    if (ibv_get_cq_event(ch_.get(), cq, &context) != 0)
+    if (lib().get_cq_event(ch_.get(), cq, &context) != 0)
         return errno == EAGAIN ? 0 : (errno > 0 ? -errno : -EIO);
-    ibv_ack_cq_events(*cq, 1);
+    lib().ack_cq_events(*cq, 1);
     return 1;
 }
 
 void Cq::Destroy::operator()(ibv_cq *c) const noexcept
 {
-    const int rc = ibv_destroy_cq(c);
+    const int rc = lib().destroy_cq(c);
     if (rc != 0) VLOG_WARN("ibv_destroy_cq: %s", strerror(-errno_rc(rc)));
 }
 
@@ -54,7 +55,7 @@ int Cq::create(const Context &ctx, int cqe, const CompChannel *channel, void *cq
     if (cqe <= 0) return -EINVAL;
     errno = 0;
     ibv_cq *c =
-        ibv_create_cq(ctx.get(), cqe, cq_context, channel != nullptr ? channel->get() : nullptr, 0);
+        lib().create_cq(ctx.get(), cqe, cq_context, channel != nullptr ? channel->get() : nullptr, 0);
     if (c == nullptr) return errno > 0 ? -errno : -ENOMEM;
     out->cq_.reset(c);
     return 0;

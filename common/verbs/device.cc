@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device list, Context and Pd.
 #include "device.h"
+#include "lib.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -11,15 +12,15 @@
 
 #include "log.h"
 #include "ops.h"
-#include "verbs_config.h"
 
 namespace vigil::verbs {
 
 int DeviceList::get(DeviceList *out) noexcept
 {
+    if (library() == nullptr) return -ENOSYS; // no libibverbs.so.1 on this host
     int n = 0;
     errno = 0;
-    ibv_device **l = ibv_get_device_list(&n);
+    ibv_device **l = lib().get_device_list(&n);
     if (l == nullptr) return errno > 0 ? -errno : -ENOSYS;
     out->list_.reset(l);
     out->count_ = n;
@@ -29,20 +30,20 @@ int DeviceList::get(DeviceList *out) noexcept
 ibv_device *DeviceList::find(std::string_view name) const noexcept
 {
     for (int i = 0; i < count_; ++i)
-        if (name == ibv_get_device_name(list_.get()[i])) return list_.get()[i];
+        if (name == lib().get_device_name(list_.get()[i])) return list_.get()[i];
     return nullptr;
 }
 
 void Context::Close::operator()(ibv_context *c) const noexcept
 {
-    const int rc = ibv_close_device(c);
+    const int rc = lib().close_device(c);
     if (rc != 0) VLOG_WARN("ibv_close_device: %s", strerror(-errno_rc(rc)));
 }
 
 int Context::open(ibv_device *dev, Context *out) noexcept
 {
     errno = 0;
-    ibv_context *c = ibv_open_device(dev);
+    ibv_context *c = lib().open_device(dev);
     if (c == nullptr) return errno > 0 ? -errno : -ENODEV;
     out->ctx_.reset(c);
     return 0;
@@ -58,12 +59,12 @@ int Context::open(std::string_view name, Context *out) noexcept
 
 int Context::query_device(ibv_device_attr *attr) const noexcept
 {
-    return errno_rc(ibv_query_device(ctx_.get(), attr));
+    return errno_rc(lib().query_device(ctx_.get(), attr));
 }
 
 int Context::query_port(uint8_t port, ibv_port_attr *attr) const noexcept
 {
-    return errno_rc(ibv_query_port(ctx_.get(), port, attr));
+    return errno_rc(verbs::query_port(ctx_.get(), port, attr));
 }
 
 namespace {
@@ -75,7 +76,6 @@ bool zero_gid(const uint8_t raw[16])
     return true;
 }
 
-#if !VIGIL_HAVE_IBV_QUERY_GID_TABLE
 // The type of a GID as /sys/class/infiniband/DEV/ports/P/gid_attrs/types/I says it; the
 // file is unreadable (EINVAL) for empty slots on some kernels.
 int sysfs_gid_type(const char *dev, int port, int index)
@@ -94,7 +94,6 @@ int sysfs_gid_type(const char *dev, int port, int index)
         return IBV_GID_TYPE_ROCE_V1;
     return IBV_GID_TYPE_IB;
 }
-#endif
 
 } // namespace
 
@@ -102,7 +101,7 @@ int Context::query_gids(uint8_t port, int gid_tbl_len, std::vector<GidEntry> *ou
 {
     out->clear();
     if (gid_tbl_len <= 0) return 0;
-#if VIGIL_HAVE_IBV_QUERY_GID_TABLE
+    if (lib().query_gid_table == nullptr) return query_gids_one_by_one(port, gid_tbl_len, out);
     // The table call returns every valid entry of every port of the device: room for all.
     ibv_device_attr da{};
     if (int rc = query_device(&da); rc != 0) return rc;
@@ -113,7 +112,8 @@ int Context::query_gids(uint8_t port, int gid_tbl_len, std::vector<GidEntry> *ou
         max += static_cast<size_t>(pa.gid_tbl_len);
     }
     std::vector<ibv_gid_entry> entries(max);
-    const ssize_t n = ibv_query_gid_table(ctx_.get(), entries.data(), entries.size(), 0);
+    const ssize_t n =
+        lib().query_gid_table(ctx_.get(), entries.data(), entries.size(), 0, sizeof entries[0]);
     if (n < 0) return static_cast<int>(n);
     for (ssize_t i = 0; i < n; ++i) {
         const ibv_gid_entry &e = entries[static_cast<size_t>(i)];
@@ -126,31 +126,34 @@ int Context::query_gids(uint8_t port, int gid_tbl_len, std::vector<GidEntry> *ou
     }
     std::sort(out->begin(), out->end(),
               [](const GidEntry &a, const GidEntry &b) { return a.index < b.index; });
-#else
+    return 0;
+}
+
+int Context::query_gids_one_by_one(uint8_t port, int gid_tbl_len, std::vector<GidEntry> *out) const
+{
     for (int i = 0; i < gid_tbl_len; ++i) {
         ibv_gid gid{};
-        if (ibv_query_gid(ctx_.get(), port, i, &gid) != 0 || zero_gid(gid.raw)) continue;
+        if (lib().query_gid(ctx_.get(), port, i, &gid) != 0 || zero_gid(gid.raw)) continue;
         GidEntry g;
         g.index = static_cast<uint32_t>(i);
         std::memcpy(g.raw, gid.raw, 16);
         g.type = sysfs_gid_type(name(), port, i);
         out->push_back(g);
     }
-#endif
     return 0;
 }
 
 void Pd::Dealloc::operator()(ibv_pd *p) const noexcept
 {
     // EBUSY here means an MR, QP or CQ of this PD is still alive: an ownership bug.
-    const int rc = ibv_dealloc_pd(p);
+    const int rc = lib().dealloc_pd(p);
     if (rc != 0) VLOG_WARN("ibv_dealloc_pd: %s", strerror(-errno_rc(rc)));
 }
 
 int Pd::alloc(const Context &ctx, Pd *out) noexcept
 {
     errno = 0;
-    ibv_pd *p = ibv_alloc_pd(ctx.get());
+    ibv_pd *p = lib().alloc_pd(ctx.get());
     if (p == nullptr) return errno > 0 ? -errno : -ENOMEM;
     out->pd_.reset(p);
     return 0;

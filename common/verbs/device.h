@@ -11,6 +11,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "lib.h"
+
 namespace vigil::verbs {
 
 /// One GID table entry as the device reports it. Plain data.
@@ -26,20 +28,21 @@ struct GidEntry {
 class DeviceList {
 public:
     DeviceList() = default;
-    /// Fills *out. Returns 0, or -errno (-ENOSYS: no RDMA support in the kernel; an empty
-    /// list is success with size() == 0).
+    /// Fills *out. Returns 0, or -errno (-ENOSYS: libibverbs cannot be loaded, see
+    /// library(), or no RDMA support in the kernel; an empty list is success with
+    /// size() == 0).
     [[nodiscard]] static int get(DeviceList *out) noexcept;
 
     int size() const noexcept { return count_; }
     ibv_device *operator[](int i) const noexcept { return list_.get()[i]; }
     /// The device's kernel name ("mlx5_0", "rxe_a0").
-    const char *name(int i) const noexcept { return ibv_get_device_name(list_.get()[i]); }
+    const char *name(int i) const noexcept { return lib().get_device_name(list_.get()[i]); }
     /// The device named exactly `name`, or nullptr.
     ibv_device *find(std::string_view name) const noexcept;
 
 private:
     struct Free {
-        void operator()(ibv_device **l) const noexcept { ibv_free_device_list(l); }
+        void operator()(ibv_device **l) const noexcept { lib().free_device_list(l); }
     };
     std::unique_ptr<ibv_device *[], Free> list_;
     int count_ = 0;
@@ -58,17 +61,21 @@ public:
 
     ibv_context *get() const noexcept { return ctx_.get(); }
     explicit operator bool() const noexcept { return ctx_ != nullptr; }
-    const char *name() const noexcept { return ibv_get_device_name(ctx_->device); }
+    const char *name() const noexcept { return lib().get_device_name(ctx_->device); }
 
     /// ibv_query_device. 0 or -errno.
     [[nodiscard]] int query_device(ibv_device_attr *attr) const noexcept;
     /// ibv_query_port for port `port` (1-based). 0 or -errno.
     [[nodiscard]] int query_port(uint8_t port, ibv_port_attr *attr) const noexcept;
     /// The port's valid GID entries, lowest index first, with their types. Uses
-    /// ibv_query_gid_table where rdma-core has it, else ibv_query_gid plus the sysfs type
-    /// files (as NCCL does). Empty slots (all-zero GIDs) are left out. 0 or -errno;
-    /// may throw std::bad_alloc.
+    /// ibv_query_gid_table where the loaded rdma-core has it, else ibv_query_gid plus the
+    /// sysfs type files (as NCCL does). Empty slots (all-zero GIDs) are left out. 0 or
+    /// -errno; may throw std::bad_alloc.
     [[nodiscard]] int query_gids(uint8_t port, int gid_tbl_len, std::vector<GidEntry> *out) const;
+
+private:
+    [[nodiscard]] int query_gids_one_by_one(uint8_t port, int gid_tbl_len,
+                                            std::vector<GidEntry> *out) const;
 
 private:
     struct Close {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Memory region.
 #include "mr.h"
+#include "lib.h"
 
 #include <cerrno>
 #include <cstring>
@@ -12,7 +13,7 @@ namespace vigil::verbs {
 
 void Mr::Dereg::operator()(ibv_mr *m) const noexcept
 {
-    const int rc = ibv_dereg_mr(m);
+    const int rc = lib().dereg_mr(m);
     if (rc != 0) VLOG_WARN("ibv_dereg_mr: %s", strerror(-errno_rc(rc)));
 }
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The default verbs table (libibverbs) and its installation.
 #include "ops.h"
+#include "lib.h"
 
 #include <cerrno>
 
-#include "verbs_config.h"
 
 namespace vigil::verbs {
 namespace {
@@ -29,13 +29,13 @@ int lib_poll_cq(ibv_cq *cq, int n, ibv_wc *wc) noexcept
 
 int lib_modify_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask) noexcept
 {
-    return errno_rc(ibv_modify_qp(qp, attr, mask));
+    return errno_rc(lib().modify_qp(qp, attr, mask));
 }
 
 int lib_reg_mr(ibv_pd *pd, void *addr, size_t length, int access, ibv_mr **mr) noexcept
 {
     errno = 0;
-    *mr = ibv_reg_mr(pd, addr, length, access);
+    *mr = lib().reg_mr(pd, addr, length, access);
     if (*mr != nullptr) return 0;
     return errno > 0 ? -errno : -ENOMEM;
 }
@@ -43,16 +43,12 @@ int lib_reg_mr(ibv_pd *pd, void *addr, size_t length, int access, ibv_mr **mr) n
 int lib_reg_dmabuf_mr(ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access,
                       ibv_mr **mr) noexcept
 {
-#if VIGIL_HAVE_IBV_REG_DMABUF_MR
+    *mr = nullptr;
+    if (lib().reg_dmabuf_mr == nullptr) return -EOPNOTSUPP; // rdma-core older than 34
     errno = 0;
-    *mr = ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access);
+    *mr = lib().reg_dmabuf_mr(pd, offset, length, iova, fd, access);
     if (*mr != nullptr) return 0;
     return errno > 0 ? -errno : -EOPNOTSUPP;
-#else
-    (void)pd, (void)offset, (void)length, (void)iova, (void)fd, (void)access;
-    *mr = nullptr;
-    return -EOPNOTSUPP; // rdma-core older than 34 has no DMA-BUF registration
-#endif
 }
 
 constexpr Ops kLibOps = {lib_post_send, lib_post_recv, lib_poll_cq,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // RC queue pair.
 #include "qp.h"
+#include "lib.h"
 
 #include <cerrno>
 #include <cstring>
@@ -12,7 +13,7 @@ namespace vigil::verbs {
 void Qp::Destroy::operator()(ibv_qp *q) const noexcept
 {
     // EBUSY: an async event of this QP is still unacknowledged (the event thread acks at once).
-    const int rc = ibv_destroy_qp(q);
+    const int rc = lib().destroy_qp(q);
     if (rc != 0) VLOG_WARN("ibv_destroy_qp: %s", strerror(-errno_rc(rc)));
 }
 
@@ -30,7 +31,7 @@ int Qp::create_rc(const Pd &pd, const Cq &send_cq, const Cq &recv_cq, const QpCa
     attr.cap.max_recv_sge = caps.max_recv_sge;
     attr.cap.max_inline_data = caps.max_inline_data;
     errno = 0;
-    ibv_qp *q = ibv_create_qp(pd.get(), &attr);
+    ibv_qp *q = lib().create_qp(pd.get(), &attr);
     if (q == nullptr) return errno > 0 ? -errno : -ENOMEM;
     out->qp_.reset(q);
     // ibv_create_qp writes back what the provider granted.
@@ -102,7 +103,7 @@ int Qp::query_state(ibv_qp_state *state) const noexcept
 {
     ibv_qp_attr a{};
     ibv_qp_init_attr init{};
-    const int rc = errno_rc(ibv_query_qp(qp_.get(), &a, IBV_QP_STATE, &init));
+    const int rc = errno_rc(lib().query_qp(qp_.get(), &a, IBV_QP_STATE, &init));
     if (rc == 0) *state = a.qp_state;
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "lib.h"
 #include "log.h"
 #include "names.h"
 
@@ -89,7 +90,7 @@ void AsyncEventThread::run() noexcept
         // Drain every event that is there; the fd is non-blocking.
         for (;;) {
             ibv_async_event ev{};
-            if (ibv_get_async_event(ctx_, &ev) != 0) break;
+            if (verbs::lib().get_async_event(ctx_, &ev) != 0) break;
             AsyncEvent out;
             out.type = ev.event_type;
             out.time_ns = now_ns();
@@ -115,7 +116,7 @@ void AsyncEventThread::run() noexcept
                 VLOG_WARN("dev %s: event handler failed on %s", name_.c_str(),
                           verbs::event_type_name(out.type));
             }
-            ibv_ack_async_event(&ev);
+            verbs::lib().ack_async_event(&ev);
         }
     }
 }

@@ -56,21 +56,17 @@ namespace {
 // with EBADF-like errors when the verb exists, EOPNOTSUPP/EPROTONOSUPPORT when it does not).
 bool probe_dmabuf(const verbs::Context &ctx)
 {
-#if VIGIL_HAVE_IBV_REG_DMABUF_MR
+    if (verbs::lib().reg_dmabuf_mr == nullptr) return false; // rdma-core older than 34
     verbs::Pd pd;
     if (verbs::Pd::alloc(ctx, &pd) != 0) return false;
     errno = 0;
-    ibv_mr *mr = ibv_reg_dmabuf_mr(pd.get(), 0, 0, 0, -1, 0);
+    ibv_mr *mr = verbs::lib().reg_dmabuf_mr(pd.get(), 0, 0, 0, -1, 0);
     const int err = errno;
     if (mr != nullptr) {
-        ibv_dereg_mr(mr);
+        verbs::lib().dereg_mr(mr);
         return true;
     }
     return err != EOPNOTSUPP && err != EPROTONOSUPPORT;
-#else
-    (void)ctx;
-    return false;
-#endif
 }
 
 } // namespace
@@ -115,6 +111,11 @@ int PortRegistry::open(const DiscoveryConfig &config, Handler handler, std::stri
     }
     gid_policy_ = config.gid;
     handler_ = std::move(handler);
+    std::string lib_why;
+    if (verbs::library(&lib_why) == nullptr) {
+        if (why) *why = "no RDMA library (" + lib_why + ")";
+        return -ENOSYS;
+    }
     verbs::DeviceList list;
     if (int rc = verbs::DeviceList::get(&list); rc != 0) {
         if (why) *why = std::string("ibv_get_device_list: ") + strerror(-rc);

@@ -49,6 +49,23 @@ run_ranks() {
     echo "$out"
 }
 
+# ranks_fail_init WHAT VAR=VALUE...: two ranks (this host) run with those variables; both
+# must fail init.
+# Their stderr goes to $TMP/WHAT.err.<rank>.
+ranks_fail_init() {
+    local what=$1 rdv="unix:$TMP/rdv.$1.sock" pids=() envs=() r p failed=0
+    shift
+    while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
+    for r in 1 0; do
+        env "${envs[@]}" "$NETBENCH_BIN" --plugin "$NETBENCH_PLUGIN" --rank "$r" --nranks 2 \
+            --rendezvous "$rdv" --workload bandwidth --bytes 8 --iters 1 --timeout 30 \
+            >"$TMP/$what.out.$r" 2>"$TMP/$what.err.$r" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+    ((failed == 2)) || fail "$what (${envs[*]}): $failed of 2 ranks failed init, wanted 2"
+}
+
 need_root_lab() {
     if [[ $(id -u) -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
         echo "SKIP: lab tests need root and network namespaces" >&2

@@ -8,6 +8,8 @@
 //   - ten connections accepted from one listen comm;
 //   - deregMr and close with requests still in flight, then a new connection;
 //   - register and deregister around every message;
+//   - dlopen / traffic / dlclose / dlopen cycles through every version (ncclNet v8-v10 have
+//     no finalize, so the plugin's threads outlive the last communicator);
 //   - cross-rail connections, device i to device j != i, between two processes (tag [rails]:
 //     it runs as two ranks in two hosts of the routed namespace lab, PEER_RANK 0 or 1 meeting
 //     at PEER_RDV; the loopback run excludes it).
@@ -409,6 +411,30 @@ TEST_CASE("register and deregister around every message", "[peer][mr]")
     Pair p = connect_pair(pl.net, 0, 0);
     REQUIRE_NOTHROW(grouped_traffic(pl.net, p, 8, 150, 3, 500, /*churn_mr=*/true));
     close_pair(pl.net, p);
+}
+
+TEST_CASE("dlopen, traffic, dlclose and dlopen again, three times per ncclNet version", "[peer][unload]")
+{
+    // NCCL 2.22-2.25 and 2.28 dlclose the net plugin after the last communicator is destroyed
+    // and dlopen it for the next one. Before v11 there is no finalize: the progress thread is
+    // still running when dlclose returns, so the library must stay mapped.
+    for (int v = 8; v <= 12; ++v) {
+        for (int cycle = 0; cycle < 3; ++cycle) {
+            INFO("ncclNet v" << v << " cycle " << cycle);
+            NetPlugin net;
+            REQUIRE(net.load(plugin_path(), v).empty());
+            REQUIRE(net.init(0x554e4c4f4144ull + static_cast<uint64_t>(cycle)) == ncclSuccess);
+            int ndev = 0;
+            REQUIRE(net.devices(&ndev) == ncclSuccess);
+            Pair p = connect_pair(net, 0, 0);
+            REQUIRE_NOTHROW(grouped_traffic(net, p, 8, 20, 2, 600 + static_cast<uint32_t>(v * 3 + cycle)));
+            close_pair(net, p);
+            REQUIRE(net.finalize() == ncclSuccess);
+            net.unload();
+            // Long enough for every thread of the plugin to wake (probes every 100 ms).
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        }
+    }
 }
 
 TEST_CASE("cross-rail connections: device i to device j != i, between two hosts", "[rails]")

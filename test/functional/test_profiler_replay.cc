@@ -1979,10 +1979,11 @@ void body_sessions(Child &c, bool unload)
     c.out["started1"] = c.p.started.load() - before;
     if (unload) {
         // NCCL 2.30.7 dlcloses the plugin when its last communicator is finalized and
-        // dlopens it again for the next one.
+        // dlopens it again for the next one. The plugin libraries are linked -z nodelete,
+        // so the library must stay mapped through that and serve the next session.
         dlclose(c.p.lib);
         void *still = dlopen(plugin_path().c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-        c.out["was_unloaded"] = still == nullptr;
+        c.out["still_loaded"] = still != nullptr;
         if (still) dlclose(still);
         c.p.forget();
         load_or_fail(c, plugin_path(), 6);

@@ -96,6 +96,12 @@ ncclResult_t NetPlugin::finalize()
     return ncclSuccess; // v8..v10 have no finalize
 }
 
+void NetPlugin::unload()
+{
+    if (lib_ != nullptr) dlclose(lib_);
+    *this = NetPlugin();
+}
+
 ncclResult_t NetPlugin::devices(int *n) { return DISPATCH(devices, n); }
 
 ncclResult_t NetPlugin::properties(int dev, DevProps *out)

@@ -44,6 +44,9 @@ public:
     void set_profiler_callback(ncclProfilerCallback_t cb) { prof_cb_ = cb; }
     ncclResult_t init(uint64_t comm_id);
     ncclResult_t finalize();
+    /// dlclose()s the library, as NCCL does when a plugin's last user is gone (2.22-2.25,
+    /// 2.28 for a non-default plugin, 2.30); the object is unusable until the next load().
+    void unload();
     ncclResult_t devices(int *n);
     ncclResult_t properties(int dev, DevProps *p);
     ncclResult_t listen(int dev, void *handle, void **lc);

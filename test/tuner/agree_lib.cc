@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared pieces of the agreement tests and the tuner benchmark.
 #include "agree_lib.h"
+#include "redis_lib.h"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -10,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -124,17 +124,12 @@ bool RedisServer::spawn(std::string *why)
     if (pid_ < 0) return *why = "fork failed", false;
     // Ready when it answers PING (at most 5 s).
     for (int i = 0; i < 500; ++i) {
-        timeval tv{0, 100000};
-        redisContext *c = redisConnectWithTimeout("127.0.0.1", port_, tv);
-        if (c != nullptr && c->err == 0) {
-            auto *r = static_cast<redisReply *>(redisCommand(c, "PING"));
-            const bool ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
-            if (r) freeReplyObject(r);
-            redisFree(c);
-            if (ok) return true;
-        } else if (c != nullptr) {
-            redisFree(c);
-        }
+        RedisConnection c;
+        RedisReply r;
+        std::string ignored;
+        if (c.connect("127.0.0.1", port_, 100, &ignored) == 0 && c.command({"PING"}, &r, &ignored) == 0 &&
+            r.type == RedisReply::kStatus)
+            return true;
         int st = 0;
         if (waitpid(pid_, &st, WNOHANG) == pid_) {
             pid_ = -1;
