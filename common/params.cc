@@ -19,13 +19,14 @@ namespace {
 #define VIGIL_STR(x) VIGIL_STR2(x)
 
 constexpr ParamSpec kSpecs[] = {
-#define VIGIL_PARAM_INT(member, suffix, def, lo, hi, doc)                                      \
-    {"VIGIL_" suffix, ParamType::Int, VIGIL_STR(def), lo, hi, doc},
-#define VIGIL_PARAM_BYTES(member, suffix, def, lo, hi, doc)                                    \
-    {"VIGIL_" suffix, ParamType::Bytes, VIGIL_STR(def), lo, hi, doc},
-#define VIGIL_PARAM_BOOL(member, suffix, def, doc)                                             \
-    {"VIGIL_" suffix, ParamType::Bool, (def) ? "1" : "0", 0, 1, doc},
-#define VIGIL_PARAM_STR(member, suffix, def, doc) {"VIGIL_" suffix, ParamType::String, def, 0, 0, doc},
+#define VIGIL_PARAM_INT(member, suffix, cls, def, lo, hi, doc)                                      \
+    {"VIGIL_" suffix, ParamType::Int, VIGIL_STR(def), lo, hi, doc, ParamClass::cls},
+#define VIGIL_PARAM_BYTES(member, suffix, cls, def, lo, hi, doc)                                    \
+    {"VIGIL_" suffix, ParamType::Bytes, VIGIL_STR(def), lo, hi, doc, ParamClass::cls},
+#define VIGIL_PARAM_BOOL(member, suffix, cls, def, doc)                                             \
+    {"VIGIL_" suffix, ParamType::Bool, (def) ? "1" : "0", 0, 1, doc, ParamClass::cls},
+#define VIGIL_PARAM_STR(member, suffix, cls, def, doc)                                         \
+    {"VIGIL_" suffix, ParamType::String, def, 0, 0, doc, ParamClass::cls},
 #include "params.def"
 #undef VIGIL_PARAM_INT
 #undef VIGIL_PARAM_BYTES
@@ -37,13 +38,13 @@ constexpr ParamSpec kSpecs[] = {
 void assign(Params &p, size_t index, int64_t number, const std::string &text)
 {
     size_t i = 0;
-#define VIGIL_PARAM_INT(member, suffix, def, lo, hi, doc)                                      \
+#define VIGIL_PARAM_INT(member, suffix, cls, def, lo, hi, doc)                                      \
     if (i++ == index) p.member = number;
-#define VIGIL_PARAM_BYTES(member, suffix, def, lo, hi, doc)                                    \
+#define VIGIL_PARAM_BYTES(member, suffix, cls, def, lo, hi, doc)                                    \
     if (i++ == index) p.member = number;
-#define VIGIL_PARAM_BOOL(member, suffix, def, doc)                                             \
+#define VIGIL_PARAM_BOOL(member, suffix, cls, def, doc)                                             \
     if (i++ == index) p.member = number != 0;
-#define VIGIL_PARAM_STR(member, suffix, def, doc)                                              \
+#define VIGIL_PARAM_STR(member, suffix, cls, def, doc)                                              \
     if (i++ == index) p.member = text;
 #include "params.def"
 #undef VIGIL_PARAM_INT
@@ -60,13 +61,13 @@ std::string effective_value(const Params &p, size_t index)
     std::string out;
     // assign/append, not `= "1"` or `"\"" + s`: GCC 12 at -O3 reports a bogus -Wrestrict in
     // basic_string::_M_replace for those forms (GCC bug 105329).
-#define VIGIL_PARAM_INT(member, suffix, def, lo, hi, doc)                                      \
+#define VIGIL_PARAM_INT(member, suffix, cls, def, lo, hi, doc)                                      \
     if (i++ == index) out = std::to_string(p.member);
-#define VIGIL_PARAM_BYTES(member, suffix, def, lo, hi, doc)                                    \
+#define VIGIL_PARAM_BYTES(member, suffix, cls, def, lo, hi, doc)                                    \
     if (i++ == index) out = std::to_string(p.member);
-#define VIGIL_PARAM_BOOL(member, suffix, def, doc)                                             \
+#define VIGIL_PARAM_BOOL(member, suffix, cls, def, doc)                                             \
     if (i++ == index) out.assign(1, p.member ? '1' : '0');
-#define VIGIL_PARAM_STR(member, suffix, def, doc)                                              \
+#define VIGIL_PARAM_STR(member, suffix, cls, def, doc)                                              \
     if (i++ == index) out.assign(1, '"').append(p.member).append(1, '"');
 #include "params.def"
 #undef VIGIL_PARAM_INT
@@ -160,7 +161,9 @@ ParamLoad load_params(const ParamSource &src)
         if (spec.type != ParamType::String) {
             std::string why = parse_number(spec, text, &number);
             if (!why.empty()) {
-                load.errors.push_back(name + "=\"" + text + "\": " + why);
+                std::string msg = name + "=\"" + text + "\": " + why;
+                (spec.cls == ParamClass::Data ? load.errors : load.warnings).push_back(msg);
+                load.problems.push_back({i, std::move(msg)});
                 continue;
             }
         }
@@ -175,27 +178,52 @@ ParamLoad load_params(const ParamSource &src)
     return load;
 }
 
-bool report_params(const ParamLoad &load)
+ParamScope scope_of(const ParamSpec &spec) noexcept
 {
+    if (spec.name.rfind("VIGIL_PROFILE_", 0) == 0) return ParamScope::Profiler;
+    if (spec.name.rfind("VIGIL_TUNER_", 0) == 0) return ParamScope::Tuner;
+    return ParamScope::Net;
+}
+
+bool report_params(const ParamLoad &load, ParamScope scope)
+{
+    auto in_scope = [&](std::string_view name) {
+        for (const ParamSpec &s : kSpecs)
+            if (s.name == name) return scope_of(s) == scope;
+        return false;
+    };
     for (const auto &[name, value] : load.set)
-        VLOG_INFO(NCCL_ENV, "%s set by environment to %s", name.c_str(), value.c_str());
+        if (in_scope(name)) VLOG_INFO(NCCL_ENV, "%s set by environment to %s", name.c_str(), value.c_str());
     for (const std::string &u : load.unknown)
         VLOG_WARN("unknown variable %s ignored (see the README's variable table)", u.c_str());
-    for (const std::string &e : load.errors) VLOG_WARN("bad value %s", e.c_str());
+    bool ok = true;
+    for (const ParamProblem &p : load.problems) {
+        const ParamSpec &spec = kSpecs[p.index];
+        if (scope_of(spec) != scope) continue;
+        if (spec.cls == ParamClass::Observe) {
+            VLOG_WARN("bad value %s; using the default %.*s", p.message.c_str(),
+                      static_cast<int>(spec.default_text.size()), spec.default_text.data());
+        } else {
+            VLOG_WARN("bad value %s", p.message.c_str());
+            ok = false;
+        }
+    }
     if (log::enabled(NCCL_LOG_INFO)) {
         std::string line;
         for (size_t i = 0; i < std::size(kSpecs); ++i) {
-            line += i ? " " : "";
+            if (scope_of(kSpecs[i]) != scope) continue;
+            line += line.empty() ? "" : " ";
             line += std::string(kSpecs[i].name.substr(6)) + ":" + effective_value(load.values, i);
         }
         VLOG_INFO(NCCL_ENV, "config %s", line.c_str());
     }
-    return load.errors.empty();
+    return ok;
 }
 
 std::string params_markdown()
 {
-    std::string md = "| Variable | Type | Default | Range | Meaning |\n|---|---|---|---|---|\n";
+    std::string md = "| Variable | Type | Default | Range | Bad value | Meaning |\n"
+                     "|---|---|---|---|---|---|\n";
     for (const ParamSpec &s : kSpecs) {
         std::string range = "–";
         if (s.type == ParamType::Int || s.type == ParamType::Bytes)
@@ -205,7 +233,9 @@ std::string params_markdown()
         md.append("| `").append(s.name).append("` | ").append(type_name(s.type)).append(" | ");
         if (s.default_text.empty()) md.append("(empty)");
         else md.append("`").append(s.default_text).append("`");
-        md.append(" | ").append(range).append(" | ").append(s.doc).append(" |\n");
+        md.append(" | ").append(range).append(" | ");
+        md.append(s.cls == ParamClass::Data ? "fails init" : "WARN, default");
+        md.append(" | ").append(s.doc).append(" |\n");
     }
     return md;
 }

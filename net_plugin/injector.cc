@@ -19,7 +19,7 @@ bool Injector::arm(const std::string &spec, const std::vector<DeviceProps> &devs
         if (colon != std::string::npos && devs[i].name == spec.substr(0, colon)) dev = static_cast<int>(i);
     const std::string what = colon == std::string::npos || eq == std::string::npos || eq < colon
                                  ? "" : spec.substr(colon + 1, eq - colon - 1);
-    const ParamSpec count{"VIGIL_INJECT_FAIL", ParamType::Bytes, "", 1, INT64_MAX, ""};
+    const ParamSpec count{"VIGIL_INJECT_FAIL", ParamType::Bytes, "", 1, INT64_MAX, "", ParamClass::Data};
     int64_t limit = 0;
     if (dev < 0 || (what != "msgs" && what != "bytes") ||
         !parse_number(count, std::string_view(spec).substr(eq + 1), &limit).empty()) {

@@ -107,7 +107,7 @@ RecvComm *as_recv(void *p)
 int discover_locked(Global &st)
 {
     ParamLoad load = load_params(environment_source());
-    if (!report_params(load)) return -EINVAL;
+    if (!report_params(load, ParamScope::Net)) return -EINVAL;
     st.params = load.values;
     std::string why;
     if (int rc = make_fabric(st.params, &st.fabric, &why); rc != 0) {
@@ -126,9 +126,9 @@ int discover_locked(Global &st)
     return 0;
 }
 
-void start_telemetry_locked(Global &st, int *rc)
+// Telemetry is observability: whatever fails here is said once and the plugin runs on.
+void start_telemetry_locked(Global &st)
 {
-    *rc = 0;
     if (!st.params.telemetry) return;
     const uint64_t window_ns = static_cast<uint64_t>(st.params.window_us) * 1000ull;
     if (int e = telemetry::Registry::instance().open(window_ns, -1); e != 0)
@@ -138,12 +138,11 @@ void start_telemetry_locked(Global &st, int *rc)
                   static_cast<unsigned long long>(st.params.window_us),
                   telemetry::Registry::instance().path().c_str());
     if (!st.params.telemetry_dir.empty() && telemetry::Registry::instance().is_open()) {
-        if (int e = telemetry::start_writer(st.params.telemetry_dir,
-                                            static_cast<uint64_t>(st.params.telemetry_max_bytes));
-            e != 0) {
-            VLOG_WARN("bad VIGIL_TELEMETRY_DIR=\"%s\": %s", st.params.telemetry_dir.c_str(), strerror(-e));
-            *rc = -EINVAL;
-        }
+        std::string why;
+        if (telemetry::start_writer(st.params.telemetry_dir,
+                                    static_cast<uint64_t>(st.params.telemetry_max_bytes), &why) != 0)
+            VLOG_WARN("VIGIL_TELEMETRY_DIR=\"%s\": %s; running on without telemetry files",
+                      st.params.telemetry_dir.c_str(), why.c_str());
     }
 }
 
@@ -174,10 +173,7 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
         if (int rc = discover_locked(st); rc != 0) return rc;
         st.discovered = true;
     }
-    // Telemetry first: a bad VIGIL_TELEMETRY_DIR fails init before any thread starts.
-    int rc = 0;
-    start_telemetry_locked(st, &rc);
-    if (rc != 0) return rc;
+    start_telemetry_locked(st);
     if (int e = ProgressEngine::instance().start(); e != 0) {
         VLOG_WARN("cannot start the progress thread: %s", strerror(-e));
         telemetry::stop_writer();

@@ -193,10 +193,14 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
         ParamLoad load = load_params(environment_source());
         Selection sel;
         std::string why;
-        bool ok = report_params(load);
-        if (ok && !parse_events(load.values.profile_events, &sel, &why)) {
-            VLOG_WARN("VIGIL_PROFILE_EVENTS: %s; profiling is off", why.c_str());
-            ok = false;
+        // VIGIL_PROFILE_* values are Observe ones: a bad value costs a WARN and its default.
+        (void)report_params(load, ParamScope::Profiler);
+        bool ok = true;
+        if (!parse_events(load.values.profile_events, &sel, &why)) {
+            const std::string def = Params{}.profile_events;
+            VLOG_WARN("bad value VIGIL_PROFILE_EVENTS=\"%s\": %s; using the default %s",
+                      load.values.profile_events.c_str(), why.c_str(), def.c_str());
+            ok = parse_events(def, &sel, &why);
         }
         RecorderConfig rc;
         rc.threads = static_cast<uint32_t>(load.values.profile_threads);
@@ -246,9 +250,10 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
     c.init_ns = now_ns();
     c.magic = kContextMagic;
     if (g_refs == 0) { // the writer runs exactly while a context is live
-        if (int e = start_writer(g_writer_cfg); e != 0)
-            VLOG_WARN("VIGIL_PROFILE_DIR %s: %s; profiling continues without files", g_writer_cfg.dir.c_str(),
-                      std::strerror(-e));
+        std::string why;
+        if (start_writer(g_writer_cfg, &why) != 0)
+            VLOG_WARN("VIGIL_PROFILE_DIR=\"%s\": %s; profiling continues without files", g_writer_cfg.dir.c_str(),
+                      why.c_str());
     }
     writer_add_context(c);
     ++g_refs;

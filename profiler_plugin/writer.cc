@@ -2,6 +2,8 @@
 // Profiler writer thread: drain, aggregate per collective, write trace and summary.
 #include "writer.h"
 
+#include "output_dir.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -205,6 +207,7 @@ struct Writer {
     uint64_t file_dropped_before = 0; // file records dropped by earlier sessions (Prometheus
                                       // counters must never go down)
     bool warned = false;              // one WARN for a failed drain
+    std::string open_error;           // why the files could not be opened
     telemetry::CommEntry *comm_entry[kMaxContexts] = {};
     char line[2048];
 };
@@ -629,10 +632,16 @@ void loop()
     }
 }
 
+int open_failed(Writer &w, const std::string &file, int err)
+{
+    w.open_error = "cannot create " + file + ": " + std::strerror(err);
+    return -err;
+}
+
 int open_files(Writer &w)
 {
     if (w.cfg.dir.empty()) return 0;
-    if (mkdir(w.cfg.dir.c_str(), 0755) != 0 && errno != EEXIST) return -errno;
+    if (int rc = ensure_output_dir(w.cfg.dir, &w.open_error); rc != 0) return rc;
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     // A process that destroys its last communicator and creates another starts a new pair of
@@ -645,15 +654,15 @@ int open_files(Writer &w)
         base = stem; // appended, not `"-" + to_string`: bogus GCC 12 -Wrestrict (bug 105329)
         if (n) base.append("-").append(std::to_string(n));
         fd = ::open((base + ".jsonl").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EEXIST) return -errno;
+        if (fd < 0 && errno != EEXIST) return open_failed(w, base + ".jsonl", errno);
     }
-    if (fd < 0) return -EEXIST;
+    if (fd < 0) return open_failed(w, stem + "-N.jsonl (10000 taken)", EEXIST);
     w.summary.fd = fd;
     w.trace.fd = ::open((base + ".trace.json").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w.trace.fd < 0) {
         const int e = errno;
         w.summary.close();
-        return -e;
+        return open_failed(w, base + ".trace.json", e);
     }
     w.summary.max = w.trace.max = w.cfg.max_bytes;
     static const char kHead[] = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
@@ -695,7 +704,7 @@ void write_stats(Writer &w)
 
 } // namespace
 
-int start_writer(const WriterConfig &cfg)
+int start_writer(const WriterConfig &cfg, std::string *why)
 {
     Writer &w = W();
     std::unique_lock<std::mutex> g(w.mu);
@@ -713,7 +722,9 @@ int start_writer(const WriterConfig &cfg)
     w.at_start = Recorder::instance().counters();
     if (int e = w.metrics.open(); e != 0)
         VLOG_WARN("profiler counters segment: %s; vigil export will not show collectives", std::strerror(-e));
+    w.open_error.clear();
     const int rc = open_files(w);
+    if (rc != 0) *why = w.open_error;
     w.started = false;
     try {
         w.th = std::thread(loop);

@@ -22,9 +22,10 @@ struct WriterConfig {
     uint64_t period_ns = 5'000'000;   ///< drain period
 };
 
-/// Starts the writer thread (idempotent while running). Returns 0, or -errno when `dir`
-/// cannot be created or written (the thread then runs without files).
-int start_writer(const WriterConfig &cfg);
+/// Starts the writer thread (idempotent while running). `cfg.dir` is created (owner-only)
+/// when missing. Returns 0, or -errno with *why when the directory or the files cannot be
+/// made or written (the thread then runs without files).
+int start_writer(const WriterConfig &cfg, std::string *why);
 /// Announces a communicator (summary "comm" record, trace process name). Serialised by the
 /// caller (init's lock).
 void writer_add_context(const Context &c);

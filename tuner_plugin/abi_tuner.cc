@@ -49,11 +49,7 @@ ncclResult_t open_context(void **context, const CommInfo &info, ncclDebugLogger_
         *context = nullptr;
         vigil::log::set_logger(log);
         std::string why;
-        Tuner *t = Tuner::acquire(&why);
-        if (t == nullptr) {
-            VLOG_WARN("init fails: %s", why.c_str());
-            return ncclInvalidUsage;
-        }
+        Tuner *t = Tuner::acquire();
         static std::atomic<bool> banner{false};
         if (!banner.exchange(true))
             VLOG_INFO(NCCL_INIT | NCCL_TUNING, "Vigil tuner %s, NCCL uses tuner v%d", VIGIL_VERSION, info.abi);

@@ -281,39 +281,35 @@ namespace {
 std::mutex g_tuner_mu;
 Tuner *g_tuner = nullptr;
 uint64_t g_tuner_users = 0;
-std::string g_load_error; // bad VIGIL_* values: every later init fails the same way
 } // namespace
 
-Tuner *Tuner::acquire(std::string *error)
+Tuner *Tuner::acquire()
 {
     std::lock_guard lk(g_tuner_mu);
     Tuner *&t = g_tuner;
-    std::string &load_error = g_load_error;
-    if (t == nullptr && load_error.empty()) {
+    if (t == nullptr) {
+        // Every VIGIL_TUNER_* value is an Observe one: a bad value costs a WARN and its
+        // default, never the tuner.
         const ParamLoad load = load_params(environment_source());
-        if (!report_params(load)) {
-            load_error = "bad VIGIL_* value (see the WARN above)";
-        } else {
-            Config c;
-            c.block = static_cast<uint64_t>(load.values.tuner_block);
-            c.store = load.values.tuner_store;
-            c.strict = load.values.tuner_strict;
-            c.steer = load.values.tuner_steer;
-            c.publish_ms = static_cast<int>(load.values.tuner_publish_ms);
-            c.ttl_s = static_cast<int>(load.values.tuner_store_ttl_s);
-            c.store_timeout_ms = static_cast<int>(load.values.tuner_store_timeout_ms);
-            std::string kind, host;
-            int port = 0;
-            if (std::string why = parse_store_url(c.store, &kind, &host, &port); !why.empty()) {
-                VLOG_WARN("bad value VIGIL_TUNER_STORE=\"%s\": %s", c.store.c_str(), why.c_str());
-                load_error = "bad VIGIL_TUNER_STORE";
-            } else {
-                t = new Tuner(c);
-            }
+        (void)report_params(load, ParamScope::Tuner);
+        Config c;
+        c.block = static_cast<uint64_t>(load.values.tuner_block);
+        c.store = load.values.tuner_store;
+        c.strict = load.values.tuner_strict;
+        c.steer = load.values.tuner_steer;
+        c.publish_ms = static_cast<int>(load.values.tuner_publish_ms);
+        c.ttl_s = static_cast<int>(load.values.tuner_store_ttl_s);
+        c.store_timeout_ms = static_cast<int>(load.values.tuner_store_timeout_ms);
+        std::string kind, host;
+        int port = 0;
+        if (std::string why = parse_store_url(c.store, &kind, &host, &port); !why.empty()) {
+            VLOG_WARN("bad value VIGIL_TUNER_STORE=\"%s\": %s; using the default auto", c.store.c_str(),
+                      why.c_str());
+            c.store = "auto";
         }
+        t = new Tuner(c);
     }
-    if (t == nullptr) *error = load_error;
-    else ++g_tuner_users;
+    ++g_tuner_users;
     return t;
 }
 

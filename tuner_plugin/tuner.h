@@ -163,9 +163,10 @@ public:
     explicit Tuner(Config cfg);
     ~Tuner();
     /// The process's tuner for one more context: the existing one, else a new one configured
-    /// from the VIGIL_* environment. Returns nullptr with the parameter errors in *error (the
-    /// caller's init fails then). Each non-null return is ended by one release().
-    static Tuner *acquire(std::string *error);
+    /// from the VIGIL_* environment (a bad VIGIL_TUNER_* value gets one WARN and its default:
+    /// observability settings never fail init). Never null; each return is ended by one
+    /// release(). May throw std::bad_alloc.
+    static Tuner *acquire();
     /// Ends one acquire(). The last one destroys the tuner, whose thread ended with its last
     /// close(): NCCL unloads the library after the last finalize (2.28.9 does), and nothing of
     /// ours may outlive it, neither a thread nor memory only the library's globals reached.

@@ -2,6 +2,8 @@
 // Telemetry JSONL writer thread and event log.
 #include "writer.h"
 
+#include "output_dir.h"
+
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -261,19 +263,25 @@ void record_event(EventType type, const std::string &text) noexcept
     }
 }
 
-int start_writer(const std::string &dir, uint64_t max_file_bytes)
+int start_writer(const std::string &dir, uint64_t max_file_bytes, std::string *why)
 {
     Writer &wr = w();
     std::lock_guard<std::mutex> g(wr.mu);
     if (wr.running) return 0;
-    if (!Registry::instance().is_open()) return -ENODEV;
-    struct stat st;
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return -ENOTDIR;
+    if (!Registry::instance().is_open()) {
+        *why = "no telemetry registry";
+        return -ENODEV;
+    }
+    if (int rc = ensure_output_dir(dir, why); rc != 0) return rc;
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     wr.file = dir + "/vigil-" + host + "-" + std::to_string(getpid()) + ".jsonl";
     wr.out = std::fopen(wr.file.c_str(), "a");
-    if (wr.out == nullptr) return -errno;
+    if (wr.out == nullptr) {
+        const int e = errno;
+        *why = "cannot open " + wr.file + ": " + std::strerror(e);
+        return -e;
+    }
     wr.max_bytes = max_file_bytes;
     wr.running = true;
     wr.live.store(true);

@@ -16,11 +16,13 @@ namespace vigil::telemetry {
 enum class EventType { kFailover, kFailback, kRebuild, kPathLost, kDegraded, kHealthy, kFatal };
 void record_event(EventType type, const std::string &text) noexcept;
 
-/// Starts the writer (idempotent). Returns 0 or -errno (bad directory). Also installs
+/// Starts the writer (idempotent). `dir` is created (owner-only) when missing. Returns 0, or
+/// -errno with *why when the directory or the file cannot be made or written; the caller
+/// runs on without files (observability never stops a job). Also installs
 /// SIGTERM and SIGABRT handlers (chained to the previous ones): the handler only sets a flag
 /// and waits (nanosleep, at most 300 ms) for the writer thread to write a "signal" record,
 /// drain everything and fsync; then the previous handler runs, or the default action.
-int start_writer(const std::string &dir, uint64_t max_file_bytes);
+int start_writer(const std::string &dir, uint64_t max_file_bytes, std::string *why);
 /// Writes everything pending now and syncs the file (fatal error path). Thread-safe; no-op
 /// when the writer is not running.
 void flush_writer() noexcept;

@@ -195,7 +195,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ++numeric_ok;
     }
     FUZZ_CHECK(load.set.size() == set);
-    FUZZ_CHECK(load.errors.size() == set - numeric_ok);
+    FUZZ_CHECK(load.errors.size() + load.warnings.size() == set - numeric_ok);
+    FUZZ_CHECK(load.problems.size() == set - numeric_ok);
     size_t unknown = 0;
     for (const std::string &n : src.names) {
         if (n.rfind("VIGIL_", 0) != 0) continue;
@@ -204,7 +205,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                 [&](const ParamSpec &s) { return s.name == n; });
     }
     FUZZ_CHECK(load.unknown.size() == unknown);
-    (void)vigil::report_params(load);
+    for (vigil::ParamScope scope :
+         {vigil::ParamScope::Net, vigil::ParamScope::Tuner, vigil::ParamScope::Profiler})
+        (void)vigil::report_params(load, scope);
     if (load.errors.empty()) string_values(load.values);
     return 0;
 }

@@ -49,13 +49,13 @@ const ParamSpec &spec_named(std::string_view name)
 // the generic tests below cover every row, including rows added later.
 int64_t numeric_member(const vigil::Params &p, std::string_view name)
 {
-#define VIGIL_PARAM_INT(member, suffix, def, lo, hi, doc)                                          \
+#define VIGIL_PARAM_INT(member, suffix, cls, def, lo, hi, doc)                                          \
     if (name == "VIGIL_" suffix) return p.member;
-#define VIGIL_PARAM_BYTES(member, suffix, def, lo, hi, doc)                                        \
+#define VIGIL_PARAM_BYTES(member, suffix, cls, def, lo, hi, doc)                                        \
     if (name == "VIGIL_" suffix) return p.member;
-#define VIGIL_PARAM_BOOL(member, suffix, def, doc)                                                 \
+#define VIGIL_PARAM_BOOL(member, suffix, cls, def, doc)                                                 \
     if (name == "VIGIL_" suffix) return p.member ? 1 : 0;
-#define VIGIL_PARAM_STR(member, suffix, def, doc)
+#define VIGIL_PARAM_STR(member, suffix, cls, def, doc)
 #include "params.def"
 #undef VIGIL_PARAM_INT
 #undef VIGIL_PARAM_BYTES
@@ -95,7 +95,7 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
 {
     const auto specs = vigil::param_specs();
     // One row per params.def line, in order (update when a variable is added).
-    REQUIRE(specs.size() == 46);
+    REQUIRE(specs.size() == 47);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[9].name == "VIGIL_ABORT_ON_ERROR");
@@ -104,11 +104,12 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
     CHECK(specs[16].name == "VIGIL_TELEMETRY");
     CHECK(specs[19].name == "VIGIL_DEGRADE_WINDOWS");
     CHECK(specs[22].name == "VIGIL_PROFILE_EVENTS");
-    CHECK(specs[27].name == "VIGIL_PROFILE_THREADS");
-    CHECK(specs[28].name == "VIGIL_TUNER_BLOCK");
-    CHECK(specs[35].name == "VIGIL_FABRIC");
-    CHECK(specs[36].name == "VIGIL_IB_HCA");
-    CHECK(specs[45].name == "VIGIL_IB_SL");
+    CHECK(specs[27].name == "VIGIL_PROFILE_KERNEL_TIMEOUT_MS");
+    CHECK(specs[28].name == "VIGIL_PROFILE_THREADS");
+    CHECK(specs[29].name == "VIGIL_TUNER_BLOCK");
+    CHECK(specs[36].name == "VIGIL_FABRIC");
+    CHECK(specs[37].name == "VIGIL_IB_HCA");
+    CHECK(specs[46].name == "VIGIL_IB_SL");
     const vigil::Params defaults;
     for (const ParamSpec &s : specs) {
         INFO(s.name);
@@ -158,9 +159,15 @@ TEST_CASE("every numeric parameter: bounds, below/above range, junk", "[params]"
             for (const std::string &text : bad) {
                 const auto l = load({{name, text}});
                 INFO(name << "=\"" << text << "\"");
-                REQUIRE(l.errors.size() == 1);
-                CHECK_THAT(l.errors[0], Catch::Contains(name));
-                CHECK_THAT(l.errors[0], Catch::Contains(text));
+                // A Data row's bad value is an error, an Observe row's a warning.
+                const auto &msgs = s.cls == vigil::ParamClass::Data ? l.errors : l.warnings;
+                const auto &none = s.cls == vigil::ParamClass::Data ? l.warnings : l.errors;
+                REQUIRE(msgs.size() == 1);
+                CHECK(none.empty());
+                CHECK_THAT(msgs[0], Catch::Contains(name));
+                CHECK_THAT(msgs[0], Catch::Contains(text));
+                REQUIRE(l.problems.size() == 1);
+                CHECK(l.problems[0].message == msgs[0]);
                 CHECK(numeric_member(l.values, name) == def); // default kept
                 CHECK(l.set.size() == 1);                     // still reported as set
             }
@@ -293,10 +300,41 @@ TEST_CASE("several bad values give one error each", "[params]")
     CHECK(l.values.speed_mbps == 100);
 }
 
-TEST_CASE("report_params fails exactly when the load has errors", "[params]")
+TEST_CASE("report_params fails exactly when a Data row of its scope is bad", "[params]")
 {
-    CHECK(vigil::report_params(load({{"VIGIL_NSTREAMS", "3"}, {"VIGIL_FOO", "x"}})));
-    CHECK_FALSE(vigil::report_params(load({{"VIGIL_NSTREAMS", "x"}})));
+    using vigil::ParamScope;
+    CHECK(vigil::report_params(load({{"VIGIL_NSTREAMS", "3"}, {"VIGIL_FOO", "x"}}), ParamScope::Net));
+    const auto bad_data = load({{"VIGIL_NSTREAMS", "x"}});
+    CHECK_FALSE(vigil::report_params(bad_data, ParamScope::Net));
+    // The net plugin's bad value is not the profiler's or the tuner's business.
+    CHECK(vigil::report_params(bad_data, ParamScope::Profiler));
+    CHECK(vigil::report_params(bad_data, ParamScope::Tuner));
+    // Observe rows never fail their plugin's init.
+    for (const auto &[name, scope] :
+         std::vector<std::pair<std::string, ParamScope>>{{"VIGIL_WINDOW_US", ParamScope::Net},
+                                                         {"VIGIL_TELEMETRY", ParamScope::Net},
+                                                         {"VIGIL_PROFILE_POOL", ParamScope::Profiler},
+                                                         {"VIGIL_TUNER_BLOCK", ParamScope::Tuner}}) {
+        INFO(name);
+        CHECK(vigil::report_params(load({{name, "junk"}}), scope));
+    }
+}
+
+TEST_CASE("classes: what observes or tunes is Observe, what moves data is Data", "[params]")
+{
+    using vigil::ParamClass;
+    for (const ParamSpec &s : vigil::param_specs()) {
+        const std::string name(s.name);
+        INFO(name);
+        const bool observe = name.rfind("VIGIL_PROFILE_", 0) == 0 || name.rfind("VIGIL_TUNER_", 0) == 0 ||
+                             name == "VIGIL_TELEMETRY" || name.rfind("VIGIL_TELEMETRY_", 0) == 0 ||
+                             name == "VIGIL_WINDOW_US" || name.rfind("VIGIL_DEGRADE_", 0) == 0;
+        CHECK((s.cls == ParamClass::Observe) == observe);
+        const vigil::ParamScope want = name.rfind("VIGIL_PROFILE_", 0) == 0 ? vigil::ParamScope::Profiler
+                                       : name.rfind("VIGIL_TUNER_", 0) == 0  ? vigil::ParamScope::Tuner
+                                                                             : vigil::ParamScope::Net;
+        CHECK(vigil::scope_of(s) == want);
+    }
 }
 
 TEST_CASE("params_markdown has a header and one row per spec", "[params]")
@@ -315,9 +353,11 @@ TEST_CASE("params_markdown has a header and one row per spec", "[params]")
         INFO(row);
         // Appends, not `"`" + std::string`: a bogus GCC 12 -Wrestrict at -O3 (GCC bug 105329).
         CHECK_THAT(row, Catch::Contains(std::string("`").append(specs[i].name).append("`")));
-        // Five cells: a '|' inside a doc string would break the table.
-        CHECK(std::count(row.begin(), row.end(), '|') == 6);
+        // Six cells: a '|' inside a doc string would break the table.
+        CHECK(std::count(row.begin(), row.end(), '|') == 7);
         if (is_numeric(specs[i])) CHECK_THAT(row, Catch::Contains(std::to_string(specs[i].max)));
+        CHECK_THAT(row, Catch::Contains(specs[i].cls == vigil::ParamClass::Data ? "| fails init |"
+                                                                                  : "| WARN, default |"));
     }
 }
 
