@@ -256,10 +256,21 @@ struct RankKey {
 /// One rank's part of a collective.
 struct Arrival {
     int rank;
-    double start_us, duration_us, busbw;
+    double start_us, duration_us, busbw; // duration_us < 0: untimed (timing "none"/"invalid")
+    double queue_us = 0;                 // enqueue to the first kernel channel's start, when known
 };
 
-/// One collective, (comm, seq), as every rank saw it; the derived fields are filled by derive().
+/// Which collective a record belongs to. NCCL counts `seqNumber` per communicator and per
+/// collective function (AllReduce 0, 1, ... and Broadcast 0, 1, ... on one communicator;
+/// ncclProfilerCollEvent in NCCL's src/plugin/profiler.cc), so the function is part of it.
+struct CollKey {
+    std::string comm, func;
+    int64_t seq = 0;
+    auto operator<=>(const CollKey &) const = default;
+};
+
+/// One collective, (comm, function, seq), as every rank saw it; the derived fields are filled
+/// by derive().
 struct Coll {
     std::string comm, func;
     int64_t seq = 0;
@@ -272,7 +283,7 @@ struct Coll {
 };
 
 struct P2pStat {
-    uint64_t count = 0;
+    uint64_t count = 0, timed = 0; // records, and those with a duration
     double bytes = 0, dur_sum = 0;
 };
 
@@ -311,7 +322,7 @@ struct EventRec {
 };
 
 struct Data {
-    std::map<std::pair<std::string, int64_t>, Coll> colls;
+    std::map<CollKey, Coll> colls;
     std::map<RankKey, Origin> origins;
     std::map<RankKey, P2pStat> p2p;
     std::map<std::string, int> comm_nranks;
@@ -336,16 +347,20 @@ void add_coll(const json &j, const Origin &org, Data &d)
     }
     const int rank = as_int(num(j, "rank"));
     const int64_t seq = as_i64(num(j, "seq"));
+    const std::string func = str(j, "func", "?");
     d.origins.try_emplace(RankKey{comm, rank}, org);
-    Coll &c = d.colls[{comm, seq}];
+    Coll &c = d.colls[CollKey{comm, func, seq}];
     if (c.arrivals.empty()) {
         c.comm = comm;
         c.seq = seq;
-        c.func = str(j, "func", "?");
+        c.func = func;
         c.bytes = num(j, "bytes");
     }
     c.nranks = std::max(c.nranks, as_int(num(j, "nranks")));
-    c.arrivals.push_back({rank, num(j, "start_us"), num(j, "duration_us"), num(j, "busbw_GBps")});
+    // A record without a duration (the profiler could not time it: timing "none" or
+    // "invalid") still says when the rank arrived.
+    const double dur = has_num(j, "duration_us") ? num(j, "duration_us") : -1;
+    c.arrivals.push_back({rank, num(j, "start_us"), dur, num(j, "busbw_GBps"), std::max(0.0, num(j, "queue_us"))});
 }
 
 void add_p2p(const json &j, const Origin &org, Data &d)
@@ -360,7 +375,10 @@ void add_p2p(const json &j, const Origin &org, Data &d)
     P2pStat &p = d.p2p[k];
     ++p.count;
     p.bytes += num(j, "bytes");
-    p.dur_sum += num(j, "duration_us");
+    if (has_num(j, "duration_us")) {
+        p.dur_sum += num(j, "duration_us");
+        ++p.timed;
+    }
 }
 
 // A profiler `net` record: a window, failover or failback of the path carrying a transfer.
@@ -500,7 +518,8 @@ void derive(Coll &c, uint64_t *duplicates)
         starts.push_back(x.start_us);
         c.first_us = std::min(c.first_us, x.start_us);
         if (x.start_us > last) last = x.start_us, c.last_rank = x.rank;
-        end = std::max(end, x.start_us + x.duration_us);
+        if (x.duration_us < 0) continue; // untimed: its arrival counts, its end is unknown
+        end = std::max(end, x.start_us + x.queue_us + x.duration_us); // its completion
         if (x.duration_us > c.max_dur_us || c.max_dur_rank < 0) c.max_dur_us = x.duration_us, c.max_dur_rank = x.rank;
         if (x.busbw > 0 && (c.min_busbw == 0 || x.busbw < c.min_busbw)) c.min_busbw = x.busbw;
     }
@@ -527,7 +546,7 @@ struct RankStat {
     uint64_t colls = 0, aligned = 0, last = 0, missing = 0;
     std::vector<double> late;
     double dur_sum = 0, busbw_sum = 0;
-    uint64_t busbw_n = 0;
+    uint64_t busbw_n = 0, timed = 0; // timed: collectives with a duration
     P2pStat p2p;
     double mean_late() const
     {
@@ -581,7 +600,10 @@ CommVerdict judge_comm(const std::string &comm, const std::vector<const Coll *> 
             const Arrival &a = c->arrivals[i];
             RankStat &rs = v.ranks[a.rank];
             ++rs.colls;
-            rs.dur_sum += a.duration_us;
+            if (a.duration_us >= 0) {
+                rs.dur_sum += a.duration_us;
+                ++rs.timed;
+            }
             if (a.busbw > 0) rs.busbw_sum += a.busbw, ++rs.busbw_n;
             if (c->arrivals.size() < 2) continue;
             ++rs.aligned;
@@ -598,7 +620,7 @@ CommVerdict judge_comm(const std::string &comm, const std::vector<const Coll *> 
     for (const Coll *c : colls) {
         if (static_cast<int>(c->arrivals.size()) >= v.nranks) ++v.complete;
         for (auto &[r, rs] : v.ranks)
-            if (!std::binary_search(c->arrivals.begin(), c->arrivals.end(), Arrival{r, 0, 0, 0},
+            if (!std::binary_search(c->arrivals.begin(), c->arrivals.end(), Arrival{r, 0, 0, 0, 0},
                                     [](const Arrival &x, const Arrival &y) { return x.rank < y.rank; }))
                 ++rs.missing; // arrivals are sorted by rank (derive())
     }
@@ -823,10 +845,10 @@ void print_comm(const CommVerdict &v, size_t top)
                     (rs.org.host + ":" + rs.org.pid).c_str(), static_cast<unsigned long long>(rs.colls),
                     static_cast<unsigned long long>(rs.last), rs.mean_late(), rs.mad_late(),
                     static_cast<unsigned long long>(rs.missing),
-                    rs.colls ? rs.dur_sum / static_cast<double>(rs.colls) : 0,
+                    rs.timed ? rs.dur_sum / static_cast<double>(rs.timed) : 0,
                     rs.busbw_n ? rs.busbw_sum / static_cast<double>(rs.busbw_n) : 0,
                     static_cast<unsigned long long>(rs.p2p.count),
-                    rs.p2p.count ? rs.p2p.dur_sum / static_cast<double>(rs.p2p.count) : 0);
+                    rs.p2p.timed ? rs.p2p.dur_sum / static_cast<double>(rs.p2p.timed) : 0);
     }
     std::printf("  arrival skew: median %.1f us, p99 %.1f us, max %.1f us; work after the last arrival: median "
                 "%.1f us\n",
@@ -894,11 +916,11 @@ json rank_json(int r, const RankStat &rs)
                 {"missing", rs.missing},
                 {"mean_lateness_us", rs.mean_late()},
                 {"jitter_us", rs.mad_late()},
-                {"mean_duration_us", rs.colls ? rs.dur_sum / static_cast<double>(rs.colls) : 0},
+                {"mean_duration_us", rs.timed ? rs.dur_sum / static_cast<double>(rs.timed) : 0},
                 {"mean_busbw_GBps", rs.busbw_n ? rs.busbw_sum / static_cast<double>(rs.busbw_n) : 0},
                 {"p2p", rs.p2p.count},
                 {"p2p_bytes", rs.p2p.bytes},
-                {"p2p_mean_duration_us", rs.p2p.count ? rs.p2p.dur_sum / static_cast<double>(rs.p2p.count) : 0}};
+                {"p2p_mean_duration_us", rs.p2p.timed ? rs.p2p.dur_sum / static_cast<double>(rs.p2p.timed) : 0}};
 }
 
 json comm_json(const CommVerdict &v)
@@ -951,7 +973,7 @@ json series_json(const std::vector<const Coll *> &colls, double first_us, const 
                          {"t_s", json::array()}, {"duration_us", json::array()}, {"busbw_GBps", json::array()}};
             }
             e["t_s"].push_back((a.start_us - first_us) / 1e6);
-            e["duration_us"].push_back(a.duration_us);
+            e["duration_us"].push_back(a.duration_us >= 0 ? json(a.duration_us) : json(nullptr));
             e["busbw_GBps"].push_back(a.busbw);
         }
     json out = json::array();
@@ -1179,7 +1201,7 @@ void print_inputs(const Data &d, size_t hosts)
         std::printf("note: %llu coll/p2p records without comm, seq, rank or start_us ignored\n",
                     static_cast<unsigned long long>(d.incomplete));
     if (d.duplicates)
-        std::printf("note: %llu duplicate collective records (same comm, seq and rank) ignored\n",
+        std::printf("note: %llu duplicate collective records (same comm, function, seq and rank) ignored\n",
                     static_cast<unsigned long long>(d.duplicates));
     if (d.orphan_windows)
         std::printf("note: %llu telemetry windows without their path record ignored\n",
@@ -1217,6 +1239,10 @@ void analyse_collectives(Data &d, CollResult *r)
         r->by_comm[k.comm]; // a comm with p2p only is still listed
         r->p2p += p.count;
     }
+    // In time order, whatever the key's order (it groups a communicator's functions).
+    auto by_time = [](const Coll *a, const Coll *b) { return a->first_us < b->first_us; };
+    std::stable_sort(r->all.begin(), r->all.end(), by_time);
+    for (auto &[comm, colls] : r->by_comm) std::stable_sort(colls.begin(), colls.end(), by_time);
     for (const auto &[comm, colls] : r->by_comm) r->verdicts.push_back(judge_comm(comm, colls, d));
     for (const CommVerdict &v : r->verdicts)
         if (v.stands_out && (r->worst == nullptr || v.mean_late * static_cast<double>(v.last) >

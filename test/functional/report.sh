@@ -5,7 +5,8 @@
 # send path nodeA eth1 10.77.1.2 -> 10.77.1.3 has a quarter of the others' busy bandwidth.
 # Checks that the report names them (stdout and report.json), that the merged trace parses
 # with distinct pids, the plots; that an even set names nothing; that truncated lines,
-# unknown records and a truncated trace are tolerated; and the usage/no-input exit codes.
+# unknown records and a truncated trace are tolerated; that collectives of different functions
+# with the same sequence numbers stay apart; and the usage/no-input exit codes.
 #   usage: report.sh VIGIL_BIN
 set -euo pipefail
 VIGIL=${1:?usage: report.sh VIGIL_BIN}
@@ -251,7 +252,54 @@ expect "$TMP/log4" '^slowest link: host nodeA eth1 10\.77\.1\.2 -> 10\.77\.1\.3 
 python3 -c 'import json,sys; json.load(open(sys.argv[1])); json.load(open(sys.argv[2]))' \
     "$TMP/out4/report.json" "$TMP/out4/merged.trace.json" || fail "outputs of the damaged set do not parse"
 
-# 5. Usage errors and no input: exit 2, nothing written.
+# 5. One communicator with several functions whose sequence numbers overlap, as NCCL counts
+# seqNumber per function: AllReduce 0..19, Broadcast 0..19 and ReduceScatter 0..9 interleaved.
+# Each is its own collective on 4 ranks; nothing is a duplicate.
+python3 - "$TMP/mixed" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+os.makedirs(d)
+COMM, T0 = "0x00000000000000c4", 1763712000000000.0
+plan = []  # (func, seq, bytes), in issue order
+for i in range(20):
+    plan += [("AllReduce", i, 1 << 20), ("Broadcast", i, 4096)]
+    if i % 2 == 0:
+        plan.append(("ReduceScatter", i // 2, 1 << 16))
+for r in range(4):
+    with open(f"{d}/vigil-prof-node{r}-{100 + r}.jsonl", "w") as f:
+        f.write(json.dumps({"type": "process", "host": f"node{r}", "pid": 100 + r, "version": "0.1.0",
+                            "abi": "v5"}) + "\n")
+        for k, (func, seq, b) in enumerate(plan):
+            rec = {"type": "coll", "comm": COMM, "rank": r, "nranks": 4, "seq": seq,
+                   "func": func, "bytes": b, "start_us": T0 + k * 1000 + r,
+                   "duration_us": 100.0 + (b >> 14), "busbw_GBps": 1.0, "timing": "kernel_gpu"}
+            if r == 3 and func == "ReduceScatter":  # kernel stamps the profiler could not trust
+                rec.update({"duration_us": None, "timing": "invalid", "channels_invalid": 2})
+                del rec["busbw_GBps"]
+            f.write(json.dumps(rec) + "\n")
+PY
+report "$TMP/out6" "$TMP/log6" --no-plots "$TMP/mixed"
+! grep -q 'duplicate collective records' "$TMP/log6" || fail "functions merged: $(grep duplicate "$TMP/log6")"
+python3 - "$TMP/out6/report.json" <<'PY' || fail "collectives of different functions were merged"
+import collections, json, sys
+r = json.load(open(sys.argv[1]))
+cols = r["collectives"]
+count = collections.Counter(c["func"] for c in cols)
+assert count == {"AllReduce": 20, "Broadcast": 20, "ReduceScatter": 10}, count
+assert all(c["ranks_seen"] == 4 for c in cols), [c for c in cols if c["ranks_seen"] != 4][:2]
+sizes = {(c["func"], c["bytes"]) for c in cols}
+assert sizes == {("AllReduce", 1 << 20), ("Broadcast", 4096), ("ReduceScatter", 1 << 16)}, sizes
+assert r["inputs"]["duplicate_records"] == 0, r["inputs"]
+(comm,) = r["comms"]
+assert comm["complete"] == 50, comm
+# Untimed records count as arrivals, not as zero durations.
+r3 = next(x for x in comm["ranks"] if x["rank"] == 3)
+assert abs(r3["mean_duration_us"] - (20 * 164.0 + 20 * 100.0) / 40) < 1e-6, r3
+s3 = next(x for x in r["series"] if x["rank"] == 3)
+assert s3["duration_us"].count(None) == 10, s3["duration_us"]
+PY
+
+# 6. Usage errors and no input: exit 2, nothing written.
 rc=0; "$VIGIL" report --out "$TMP/out5" "$TMP/nonexistent" >/dev/null 2>"$TMP/err5" || rc=$?
 [[ $rc == 2 ]] || fail "missing directory: exit $rc, wanted 2"
 grep -q 'no such file or directory' "$TMP/err5" || fail "missing directory not named: $(cat "$TMP/err5")"
