@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// extern "C" ncclProfiler_v6/_v5/_v4 tables: translate NCCL's descriptors into Records and
-// guard every entry point. Nothing else lives here.
+// extern "C" ncclProfiler_v7/_v6/_v5/_v4 tables: translate NCCL's descriptors into Records
+// and guard every entry point. Nothing else lives here.
 //
-// Why v4-v6 only: v4 is native in NCCL 2.27 and shimmed by 2.28-2.30, v5 native in 2.28 and
-// v6 in 2.29/2.30 (shared reference nccl-plugin-abi.md section 0). v1-v3 (2.23-2.26) lack
-// kernel-channel timing and the communicator's identity in init, which the straggler
-// report needs; they are declared in common/nccl_abi/profiler_v1_v3.h only.
+// Why v4-v7 only: v4 is native in NCCL 2.27 and shimmed by 2.28-2.30, v5 native in 2.28, v6
+// in 2.29/2.30 and v7 in 2.31 (docs/nccl-abi.md). v1-v3 (2.23-2.26) lack kernel-channel
+// timing and the communicator's identity in init, which the straggler report needs; they are
+// declared in common/nccl_abi/profiler_v1_v3.h only.
+#include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "abi_guard.h"
 #include "nccl_abi/profiler_net_vigil.h"
 #include "nccl_abi/profiler_v4.h"
 #include "nccl_abi/profiler_v6.h"
+#include "nccl_abi/profiler_v7.h"
 #include "profiler.h"
 
 namespace {
@@ -22,13 +25,19 @@ using vigil::prof::Record;
 static_assert(sizeof(ncclProfilerEventDescr_v4_t) == 104, "profiler v4 descriptor layout");
 static_assert(sizeof(ncclProfilerEventDescr_v5_t) == 112, "profiler v5 descriptor layout");
 static_assert(sizeof(ncclProfilerEventDescr_v6_t) == 112, "profiler v6 descriptor layout");
+static_assert(sizeof(ncclProfilerEventDescr_v7_t) == 136, "profiler v7 descriptor layout");
+static_assert(offsetof(ncclProfilerEventDescr_v7_t, kernelCh.pTimer) == 32, "profiler v7 kernelCh layout");
+static_assert(offsetof(ncclProfilerEventDescr_v7_t, coll.userTag) == 128, "profiler v7 coll layout");
+static_assert(offsetof(ncclProfilerEventDescr_v7_t, collApi.userTag) == 72, "profiler v7 collApi layout");
 static_assert(sizeof(ncclProfilerEventStateArgs_v5_t) == 8, "profiler state args layout");
 
 int kind_index(uint64_t type)
 {
-    // Exactly one bit; CE events (12-14) and unknown types are not recorded.
-    if (type == 0 || (type & (type - 1)) != 0 || type >= (1u << static_cast<unsigned>(Kind::kCount))) return -1;
-    return __builtin_ctzll(type);
+    // Exactly one bit; CE events (12-14) and types newer than this code are not recorded
+    // (RAS may switch any type on after init, NCCL >= 2.31: they get a NULL handle).
+    if (type == 0 || (type & (type - 1)) != 0) return -1;
+    const unsigned k = static_cast<unsigned>(__builtin_ctzll(type));
+    return vigil::prof::recordable(k) ? static_cast<int>(k) : -1;
 }
 
 void fill_net(Record *r, int64_t id, const void *data)
@@ -99,7 +108,23 @@ template <class Descr> void fill_task(Record *r, const Descr &d)
     }
 }
 
-/// The v5/v6 API events (the v6 union only appends CE members).
+/// What v7 adds: the application's tags, and the phases of a symmetric kernel's channel.
+void fill_v7(Record *r, const ncclProfilerEventDescr_v7_t &d)
+{
+    switch (r->kind) {
+    case Kind::kColl: r->coll.user_tag = d.coll.userTag; break;
+    case Kind::kP2p: r->p2p.user_tag = d.p2p.userTag; break;
+    case Kind::kKernelPhase:
+        r->phase.channel = d.kernelPhase.channelId;
+        r->phase.phase = d.kernelPhase.phaseId;
+        r->phase.name = d.kernelPhase.phaseName;
+        r->phase.gpu_start_ns = d.kernelPhase.pTimer;
+        break;
+    default: break;
+    }
+}
+
+/// The v5/v6/v7 API events (v6 and v7 only append members).
 template <class Descr> void fill_api(Record *r, const Descr &d)
 {
     switch (r->kind) {
@@ -136,8 +161,9 @@ template <class Descr> ncclResult_t start_v5(void *context, void **eHandle, Desc
         Record *r = vigil::prof::open_event(context, kind, d->parentObj, eHandle,
                                             kind == Kind::kProxyOp ? d->proxyOp.pid : 0);
         if (r != nullptr) {
-            fill_task(r, *d);
+            if (kind != Kind::kKernelPhase) fill_task(r, *d);
             fill_api(r, *d);
+            if constexpr (std::is_same_v<Descr, ncclProfilerEventDescr_v7_t>) fill_v7(r, *d);
         }
         return ncclSuccess;
     });
@@ -198,6 +224,12 @@ ncclResult_t init_v56(void **context, uint64_t commId, int *mask, const char *na
     });
 }
 
+ncclResult_t init_v7(void **context, uint64_t commId, int *mask, const char *name, int nnodes, int nranks,
+                     int rank, ncclDebugLogger_t logfn)
+{
+    return init_v56(context, commId, mask, name, nnodes, nranks, rank, logfn, 7);
+}
+
 ncclResult_t init_v6(void **context, uint64_t commId, int *mask, const char *name, int nnodes, int nranks,
                      int rank, ncclDebugLogger_t logfn)
 {
@@ -219,6 +251,10 @@ ncclResult_t init_v4(void **context, int *mask, const char *name, uint64_t commH
 } // namespace
 
 extern "C" {
+
+[[gnu::visibility("default")]] ncclProfiler_v7_t ncclProfiler_v7 = {
+    "Vigil", init_v7, start_v5<ncclProfilerEventDescr_v7_t>, stop, record, finalize,
+};
 
 [[gnu::visibility("default")]] ncclProfiler_v6_t ncclProfiler_v6 = {
     "Vigil", init_v6, start_v5<ncclProfilerEventDescr_v6_t>, stop, record, finalize,

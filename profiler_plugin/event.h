@@ -22,8 +22,15 @@ enum class Kind : uint8_t {
     kCollApi = 9,
     kP2pApi = 10,
     kKernelLaunch = 11,
-    kCount = 12,
+    kLegacyCount = 12, ///< kinds 0-11; 12-14 are NCCL's copy-engine events, never recorded
+    kKernelPhase = 15, ///< v7: a phase of a symmetric kernel's channel
 };
+
+/// Whether `k` (a bit position of NCCL's mask) is a kind this profiler records.
+constexpr bool recordable(unsigned k)
+{
+    return k < static_cast<unsigned>(Kind::kLegacyCount) || k == static_cast<unsigned>(Kind::kKernelPhase);
+}
 
 /// The activation-mask bit of `k`.
 constexpr uint32_t bit(Kind k) { return 1u << static_cast<unsigned>(k); }
@@ -48,7 +55,7 @@ struct NetInfo {
 };
 static_assert(sizeof(NetInfo) == 56);
 
-/// One event, as recorded (104 bytes; copied once, at stop, into the writer's ring).
+/// One event, as recorded (112 bytes; copied once, at stop, into the writer's ring).
 /// `id` is the handle NCCL holds; `parent` the parent's handle when it is one of ours and
 /// still live at start (else 0); `root` the Coll or P2p event the work belongs to (0 when
 /// unknown). Times are CLOCK_MONOTONIC ns. String pointers are NCCL's static literals
@@ -76,6 +83,7 @@ struct Record {
             int32_t root_rank;
             uint8_t channels;
             uint8_t warps;
+            uint64_t user_tag; ///< v7: the application's tag (0 untagged)
         } coll;
         struct {
             uint64_t count;
@@ -83,6 +91,7 @@ struct Record {
             const char *datatype;
             int32_t peer;
             uint8_t channels;
+            uint64_t user_tag; ///< v7
         } p2p;
         struct {
             int32_t pid;
@@ -106,6 +115,13 @@ struct Record {
             uint64_t gpu_start_ns; ///< GPU globaltimer
             uint64_t gpu_stop_ns;  ///< 0 until KernelChStop
         } kch;
+        struct {
+            uint8_t channel;
+            uint8_t phase;         ///< 0 initial sync, 1 compute, 2 final sync
+            const char *name;      ///< NCCL's static phase name
+            uint64_t gpu_start_ns; ///< GPU globaltimer
+            uint64_t gpu_stop_ns;  ///< 0 until KernelPhaseStop
+        } phase;
         NetInfo net;
         struct {
             int64_t plugin_id; ///< a net event of another plugin: its pluginId
@@ -126,8 +142,12 @@ struct Record {
         } ctrl;
     };
 };
-static_assert(sizeof(Record) == 104, "the ring and pool sizes are documented in these units");
+static_assert(sizeof(Record) == 112, "the ring and pool sizes are documented in these units");
 
 inline constexpr uint8_t kFlagForeign = 2; ///< PXN: posted by another process
+/// Coll/P2p: NCCL's activation mask had kernel-channel events on when it started, so its
+/// channels' KernelCh events are due and the writer waits for them (NCCL samples the mask
+/// per call; RAS may change it at run time from 2.31 on).
+inline constexpr uint8_t kFlagKernelCh = 4;
 
 } // namespace vigil::prof

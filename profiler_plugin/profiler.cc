@@ -29,6 +29,10 @@ std::mutex g_init_mu;   // init/finalize only
 int g_refs = 0;         // live contexts
 bool g_broken = false;  // bad parameters: every context is NULL
 std::atomic<uint32_t> g_recorded{0};
+// NCCL's activation mask (one process-wide int; reference in profiler.h): read at each
+// Coll/P2p start, since RAS may rewrite it from its own thread (NCCL >= 2.31). Kept only
+// while a communicator is live.
+std::atomic<int *> g_nccl_mask{nullptr};
 int64_t g_mono_to_real = 0;
 pid_t g_pid = 0;
 WriterConfig g_writer_cfg; // from the parameters, read when no communicator is live
@@ -68,10 +72,11 @@ constexpr Name kNames[] = {
     {"proxy-step", bit(Kind::kProxyStep)},
     {"proxy-ctrl", bit(Kind::kProxyCtrl)},
     {"kernel-ch", bit(Kind::kKernelCh)},
+    {"kernel-phase", bit(Kind::kKernelPhase)},
     {"net", bit(Kind::kNet)},
     {"api", bit(Kind::kGroupApi) | bit(Kind::kCollApi) | bit(Kind::kP2pApi) | bit(Kind::kKernelLaunch)},
 };
-constexpr uint32_t kAll = (1u << static_cast<unsigned>(Kind::kCount)) - 1;
+constexpr uint32_t kAll = ((1u << static_cast<unsigned>(Kind::kLegacyCount)) - 1) | bit(Kind::kKernelPhase);
 
 int64_t calibrate()
 {
@@ -101,8 +106,8 @@ bool parse_events(const std::string &text, Selection *out, std::string *why)
     if (!s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos) {
         char *end = nullptr;
         const unsigned long v = std::strtoul(text.c_str(), &end, 10);
-        if (v > 0x7fff) {
-            *why = "mask " + text + " has bits beyond NCCL's event types (0-14)";
+        if (v > 0xffff) {
+            *why = "mask " + text + " has bits beyond NCCL's event types (0-15)";
             return false;
         }
         mask = static_cast<uint32_t>(v) & kAll; // CE bits (12-14): never recorded
@@ -126,7 +131,8 @@ bool parse_events(const std::string &text, Selection *out, std::string *why)
                 }
             if (!found) {
                 *why = "unknown event type '" + std::string(w) +
-                       "' (known: group, coll, p2p, proxy-op, proxy-step, proxy-ctrl, kernel-ch, net, api, all)";
+                       "' (known: group, coll, p2p, proxy-op, proxy-step, proxy-ctrl, kernel-ch, kernel-phase, "
+                       "net, api, all)";
                 return false;
             }
         }
@@ -136,8 +142,14 @@ bool parse_events(const std::string &text, Selection *out, std::string *why)
     // collective, so Coll/P2p are always recorded. Net events are children of proxy steps
     // (the net plugin never starts one without its parent), steps of proxy ops.
     if (rec & bit(Kind::kNet)) rec |= bit(Kind::kProxyStep);
+    // A phase is tied to its collective through its kernel channel (NCCL >= 2.31 forces
+    // kernel-channel events on with phases, too).
+    if (rec & bit(Kind::kKernelPhase)) rec |= bit(Kind::kKernelCh);
     if (rec & bit(Kind::kProxyStep)) rec |= bit(Kind::kProxyOp);
     rec |= bit(Kind::kColl) | bit(Kind::kP2p);
+    // The user's call (CollApi/P2pApi start, v5+) is a collective's enqueue time, the start
+    // of its queueing (docs/profiler.md, "Timing"): one more event per collective.
+    rec |= bit(Kind::kCollApi) | bit(Kind::kP2pApi);
     // NCCL 2.27 (v4 native) starts no Coll/P2p when the Group handle is NULL (shared reference
     // section 3.7), so groups get real handles too.
     rec |= bit(Kind::kGroup);
@@ -217,6 +229,7 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
             WriterConfig &wc = g_writer_cfg;
             wc.dir = load.values.profile_dir;
             wc.max_bytes = static_cast<uint64_t>(load.values.profile_max_bytes);
+            wc.kernel_timeout_ns = static_cast<uint64_t>(load.values.profile_kernel_timeout_ms) * 1'000'000ull;
             wc.traced = sel.traced;
             wc.recorded = sel.recorded;
             wc.abi = abi;
@@ -233,6 +246,7 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
     // every init writes the same value, so the last writer cannot disagree.
     *mask = static_cast<int>(g_recorded.load(std::memory_order_relaxed));
     if (g_broken) return ncclSuccess;
+    g_nccl_mask.store(mask, std::memory_order_release);
     const uint16_t i = free_context();
     if (i == 0) {
         VLOG_WARN("more than %u live communicators; events of comm 0x%llx are not recorded", kMaxContexts - 1u,
@@ -269,11 +283,22 @@ ncclResult_t finalize(void *context)
     if (c == nullptr) return ncclSuccess;
     writer_finalize_context(*c);
     c->live.store(false, std::memory_order_release); // its slot may be reused from now on
-    if (--g_refs == 0) stop_writer();
+    if (--g_refs == 0) {
+        g_nccl_mask.store(nullptr, std::memory_order_release);
+        stop_writer();
+    }
     return ncclSuccess;
 }
 
 void flush() noexcept { flush_writer(); }
+
+bool kernel_channels_due() noexcept
+{
+    if (!(g_recorded.load(std::memory_order_relaxed) & bit(Kind::kKernelCh))) return false;
+    const int *m = g_nccl_mask.load(std::memory_order_acquire);
+    // NCCL's mask is a plain int another thread may store to: read it as an atomic.
+    return m == nullptr || (__atomic_load_n(m, __ATOMIC_RELAXED) & static_cast<int>(bit(Kind::kKernelCh))) != 0;
+}
 
 Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int op_pid) noexcept
 {
@@ -286,11 +311,13 @@ Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int o
     // A step's ProxyOp and a net event's step were opened by this same proxy thread: the
     // only parents whose records may be read (another thread's slot can be reused under the
     // reader). Their context wins over the one NCCL passes, which under PXN is foreign too.
-    const Record *own = kind == Kind::kProxyStep || kind == Kind::kNet ? Recorder::instance().peek_own(ph) : nullptr;
+    // Likewise a kernel phase's channel (both on NCCL's profiler thread).
+    const bool child = kind == Kind::kProxyStep || kind == Kind::kNet || kind == Kind::kKernelPhase;
+    const Record *own = child ? Recorder::instance().peek_own(ph) : nullptr;
     Context *ctx = nullptr;
     if (!foreign && own == nullptr) {
         ctx = context_of(context);
-        if (ctx == nullptr && kind != Kind::kProxyStep && kind != Kind::kNet) return nullptr;
+        if (ctx == nullptr && !child) return nullptr;
     }
     uint64_t h;
     Record *r = Recorder::instance().open(kind, now_ns(), &h);
@@ -314,6 +341,7 @@ Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int o
         if (kind == Kind::kProxyOp || kind == Kind::kKernelCh) r->root = ph;
     }
     if (kind == Kind::kProxyStep && own == nullptr) r->step.channel = 255;
+    if ((kind == Kind::kColl || kind == Kind::kP2p) && kernel_channels_due()) r->flags |= kFlagKernelCh;
     *eHandle = reinterpret_cast<void *>(h);
     return r;
 }
@@ -340,6 +368,9 @@ void record_state(void *eHandle, int state, uint64_t arg, bool has_arg) noexcept
         break;
     case Kind::kKernelCh:
         if (state == 22 && has_arg) r->kch.gpu_stop_ns = arg;
+        break;
+    case Kind::kKernelPhase:
+        if (state == 31 && has_arg) r->phase.gpu_stop_ns = arg;
         break;
     case Kind::kProxyCtrl: {
         const int k = r->nstates < kMaxStates ? r->nstates++ : kMaxStates - 1;

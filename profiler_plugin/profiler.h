@@ -32,7 +32,7 @@ struct Context {
     int rank = -1;
     int nranks = 0;
     int nnodes = 0;
-    int abi = 0; ///< profiler ABI version the communicator came through (4, 5, 6)
+    int abi = 0; ///< profiler ABI version the communicator came through (4 to 7)
     uint64_t init_ns = 0;
     std::atomic<bool> live{false};
 };
@@ -66,6 +66,11 @@ ncclResult_t finalize(void *context);
 /// shim to fill, or nullptr. `op_pid`: ProxyOp's pid (another process's op under PXN: its
 /// context and parent pointers are not ours and are not touched). Hot path.
 Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int op_pid = 0) noexcept;
+
+/// Whether a collective starting now will get KernelCh events: this profiler records them and
+/// NCCL's activation mask (read live: RAS may change it after init, NCCL >= 2.31) has them on.
+/// Hot path.
+bool kernel_channels_due() noexcept;
 
 /// recordEventState for every ABI version; `arg` is the state-args union's 8 bytes (0 when
 /// NCCL passed NULL). Tolerates NULL and foreign handles. Hot path.

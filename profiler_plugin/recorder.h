@@ -18,9 +18,9 @@
 // open, a proxy step older than the stale age was reclaimed: NCCL restarts proxy steps
 // without stopping them, shared reference nccl-plugin-abi.md section 3.7).
 //
-// Memory: threads x (pool x 112 + ring x 104) bytes, reserved with mmap(MAP_NORESERVE) and
-// resident only once touched. Defaults 64 x (4096 x 112 + 16384 x 104) = 132 MiB virtual;
-// a thread that has recorded more than 16384 events has touched its 2.1 MiB.
+// Memory: threads x (pool x 120 + ring x 112) bytes, reserved with mmap(MAP_NORESERVE) and
+// resident only once touched. Defaults 64 x (4096 x 120 + 16384 x 112) = 142 MiB virtual;
+// a thread that has recorded more than 16384 events has touched its 2.2 MiB.
 #pragma once
 
 #include <atomic>

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "recorder.h"
 #include "telemetry/json_text.h"
+#include "timing.h"
 #include "telemetry/prof_metrics.h"
 
 namespace vigil::prof {
@@ -158,34 +159,21 @@ struct Agg {
     bool have_rec = false;
     uint16_t ctx = 0;
     uint64_t proxy_end_ns = 0; // last ProxyOp/ProxyStep stop
-    uint64_t gpu_start = UINT64_MAX, gpu_stop = 0;
-    int kch_done = 0;
+    std::vector<ChannelTimes> chans; // its KernelCh events
+    std::vector<Record> phases;      // its KernelPhase events (v7), traced with the channels
     uint64_t touched_ns = 0;   // writer time of the last event
-};
-
-/// Host CLOCK_MONOTONIC minus the GPU's globaltimer, estimated as the smallest difference
-/// between a kernel channel's GPU start and the host time its start event was seen (the
-/// host always sees it later). The minimum is taken over the current and the previous
-/// 10 s epoch, so the estimate follows a slow drift between the two clocks.
-struct GpuOffset {
-    int64_t cur = INT64_MAX, prev = INT64_MAX;
-    uint64_t epoch_ns = 0;
-    void add(int64_t off, uint64_t now)
-    {
-        if (now - epoch_ns > 10'000'000'000ull) {
-            prev = cur;
-            cur = INT64_MAX;
-            epoch_ns = now;
-        }
-        cur = std::min(cur, off);
-    }
-    bool known() const { return cur != INT64_MAX || prev != INT64_MAX; }
-    int64_t value() const { return std::min(cur, prev); }
 };
 
 struct CtxState {
     GpuOffset gpu;
     uint64_t colls = 0;
+};
+
+/// A user's call (CollApi/P2pApi start): the enqueue time of the Coll/P2p that names it as
+/// its parent.
+struct ApiCall {
+    uint64_t start_ns = 0;
+    uint64_t seen_ns = 0; // writer time it arrived (unclaimed calls are pruned)
 };
 
 struct Writer {
@@ -198,9 +186,12 @@ struct Writer {
     bool stop = false;
     Out trace, summary;
     std::unordered_map<uint64_t, Agg> pending;
+    std::unordered_map<uint64_t, ApiCall> api_calls; // by the API event's id
     CtxState ctxs[kMaxContexts];
     std::set<std::pair<int, int>> named_tracks;
     uint64_t orphans = 0;
+    uint64_t kernel_timeouts = 0;  // collectives written before all their channels arrived
+    uint64_t kernel_anomalies = 0; // collectives whose kernel stamps failed the checks
     // Prometheus counters (vigil export); kept across writer restarts, like the contexts.
     telemetry::ProfMetrics metrics;
     RecorderCounters at_start; // the recorder's counters when this session's files opened
@@ -294,12 +285,75 @@ void summary_line(Writer &w, int n)
 constexpr int kTidColl = 1, kTidApi = 2, kTidGroup = 3, kTidCtrl = 4;
 int tid_op(int ch, int send) { return 100 + ch * 2 + (send ? 0 : 1); }
 int tid_kch(int ch) { return 400 + ch; }
+int tid_phase(int ch) { return 500 + ch; }
 int tid_net(int dev, int slot) { return 700 + dev * 2 + slot; }
 int tid_step(int ch, int send, int step) { return 1000 + (ch * 2 + (send ? 0 : 1)) * 8 + (step & 7); }
 
 bool traced(const Writer &w, Kind k) { return (w.cfg.traced & bit(k)) != 0; }
 
-void emit_agg(Writer &w, const Agg &a)
+void slice(Writer &w, const Record &r, int tid, const char *track, const char *name, const char *args);
+
+/// The trace slice of one kernel channel of collective `coll_id`, on the host clock through
+/// the GPU offset (when known), with the raw stamps and host times in its args, so a trace
+/// holds what the timing was computed from.
+void kernel_slice(Writer &w, uint16_t ctx, uint64_t coll_id, const ChannelTimes &ch, bool valid)
+{
+    const CtxState &cs = w.ctxs[ctx];
+    if (!cs.gpu.known() || ch.gpu_start == 0 || ch.gpu_stop < ch.gpu_start) return;
+    char track[24];
+    std::snprintf(track, sizeof(track), "ch %u kernel", ch.channel);
+    const int tid = tid_kch(ch.channel);
+    name_track(w, ctx, tid, track);
+    const Us ts(static_cast<uint64_t>(static_cast<int64_t>(ch.gpu_start) + cs.gpu.value()));
+    char b[640];
+    const int n = std::snprintf(
+        b, sizeof(b),
+        "{\"ph\":\"X\",\"name\":\"kernel\",\"pid\":%u,\"tid\":%d,\"ts\":%s,\"dur\":%.3f,\"args\":{\"coll\":\"0x%llx\","
+        "\"channel\":%u,\"gpu_start_ns\":%llu,\"gpu_stop_ns\":%llu,\"host_start_ns\":%llu,\"host_stop_ns\":%llu,"
+        "\"valid\":%s}}",
+        ctx, tid, ts.s, static_cast<double>(ch.gpu_stop - ch.gpu_start) / 1e3, static_cast<unsigned long long>(coll_id),
+        ch.channel, static_cast<unsigned long long>(ch.gpu_start), static_cast<unsigned long long>(ch.gpu_stop),
+        static_cast<unsigned long long>(ch.host_start), static_cast<unsigned long long>(ch.host_stop),
+        valid ? "true" : "false");
+    trace_event(w, b, n);
+}
+
+/// The trace slice of one kernel phase (v7), placed like its channel's.
+void phase_slice(Writer &w, const Record &r)
+{
+    const CtxState &cs = w.ctxs[r.ctx];
+    const uint64_t g0 = r.phase.gpu_start_ns, g1 = r.phase.gpu_stop_ns;
+    if (!cs.gpu.known() || g0 == 0 || g1 < g0) return;
+    Record placed = r;
+    placed.start_ns = static_cast<uint64_t>(static_cast<int64_t>(g0) + cs.gpu.value());
+    placed.stop_ns = static_cast<uint64_t>(static_cast<int64_t>(g1) + cs.gpu.value());
+    char args[128], track[32];
+    std::snprintf(args, sizeof(args), "\"phase\":%u,\"gpu_start_ns\":%llu,\"gpu_stop_ns\":%llu", r.phase.phase,
+                  static_cast<unsigned long long>(g0), static_cast<unsigned long long>(g1));
+    std::snprintf(track, sizeof(track), "ch %u kernel phases", r.phase.channel);
+    slice(w, placed, tid_phase(r.phase.channel), track, str(r.phase.name), args);
+}
+
+/// Timing fields of a summary record (after "bytes"...): duration, bandwidths, timing source,
+/// kernel span, queueing, channels timed. Returns the characters written (or <= 0).
+int timing_fields(char *out, size_t cap, const TimingResult &t, double algbw, double factor, bool coll)
+{
+    const bool timed = t.duration_us > 0;
+    int n = timed ? std::snprintf(out, cap, ",\"duration_us\":%.3f,\"algbw_GBps\":%.4f", t.duration_us, algbw)
+                  : std::snprintf(out, cap, ",\"duration_us\":null");
+    auto more = [&](const char *fmt, auto... v) {
+        if (n > 0 && static_cast<size_t>(n) < cap) n += std::snprintf(out + n, cap - static_cast<size_t>(n), fmt, v...);
+    };
+    if (timed && coll) more(",\"busbw_GBps\":%.4f", algbw * factor);
+    more(",\"timing\":\"%s\"", timing_name(t.source));
+    if (t.source == TimingSource::kKernelGpu) more(",\"kernel_us\":%.3f", t.kernel_us);
+    if (t.queue_us >= 0) more(",\"queue_us\":%.3f", t.queue_us);
+    if (t.channels_timed > 0) more(",\"channels_timed\":%d", t.channels_timed);
+    if (t.source == TimingSource::kInvalid) more(",\"channels_invalid\":%d", t.channels_invalid);
+    return n;
+}
+
+void emit_agg(Writer &w, const Agg &a, bool timed_out)
 {
     const Record &r = a.rec;
     const Context *c = context_at(a.ctx);
@@ -308,67 +362,82 @@ void emit_agg(Writer &w, const Agg &a)
     const char *func = coll ? r.coll.func : r.p2p.func;
     const char *dt = coll ? r.coll.datatype : r.p2p.datatype;
     const uint64_t count = coll ? r.coll.count : r.p2p.count;
+    const uint64_t tag = coll ? r.coll.user_tag : r.p2p.user_tag;
     const int tb = datatype_bytes(dt);
     uint64_t size = 0;
     const double factor = coll ? bus_factor(func, count, tb, nranks, &size) : (size = count * tb, 1.0);
-    const CtxState &cs = w.ctxs[a.ctx];
-    uint64_t end = r.stop_ns;
-    const char *timing = "enqueue";
-    if (a.kch_done > 0 && cs.gpu.known()) {
-        end = static_cast<uint64_t>(static_cast<int64_t>(a.gpu_stop) + cs.gpu.value());
-        timing = "kernel";
-    } else if (a.proxy_end_ns) {
-        end = a.proxy_end_ns;
-        timing = "proxy";
+
+    // The enqueue: the user's call when its API event reached us, else the Coll start.
+    TimingInput in;
+    in.enqueue_ns = r.start_ns;
+    if (const auto it = w.api_calls.find(r.parent); r.parent != 0 && it != w.api_calls.end()) {
+        in.enqueue_ns = it->second.start_ns;
+        w.api_calls.erase(it); // claimed once: a graph replay's Coll names the capture's call
     }
-    if (end < r.start_ns) end = r.start_ns;
-    const double dur_us = static_cast<double>(end - r.start_ns) / 1e3;
-    const bool timed = std::strcmp(timing, "enqueue") != 0 && dur_us > 0;
-    const double algbw = timed ? static_cast<double>(size) / (dur_us * 1e3) : 0; // GB/s
-    const Us start(r.start_ns);
+    in.proxy_end_ns = a.proxy_end_ns;
+    in.channels = a.chans;
+    CtxState &cs = w.ctxs[a.ctx];
+    const TimingResult t = time_collective(in, &cs.gpu, now_ns());
+    if (timed_out) ++w.kernel_timeouts;
+    if (t.source == TimingSource::kInvalid && w.kernel_anomalies++ == 0)
+        VLOG_WARN("kernel-channel timestamps that cannot belong to their collective (%s seq %llu: a channel "
+                  "ended before it began, began before the call, or ran longer than the collective existed); "
+                  "such collectives are written with timing \"invalid\" and no duration. NCCL's work counter "
+                  "has drifted from the GPU's (NVIDIA/nccl#2368: Broadcast with NCCL_ALLGATHERV_ENABLE=1)",
+                  str(func), static_cast<unsigned long long>(coll ? r.coll.seq : 0));
+    const double algbw = t.duration_us > 0 ? static_cast<double>(size) / (t.duration_us * 1e3) : 0; // GB/s
+    const Us start(in.enqueue_ns);
     const CommHex comm(c);
     int n;
     if (coll) {
         n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"coll\",\"comm\":\"%s\",\"rank\":%d,\"nranks\":%d,\"seq\":%llu,\"func\":\"%s\","
                           "\"count\":%llu,\"datatype\":\"%s\",\"bytes\":%llu,\"algo\":\"%s\",\"proto\":\"%s\","
-                          "\"channels\":%u,\"start_us\":%s,\"duration_us\":%.3f,\"algbw_GBps\":%.4f,"
-                          "\"busbw_GBps\":%.4f,\"timing\":\"%s\"",
+                          "\"channels\":%u,\"start_us\":%s",
                           comm.s, c ? c->rank : -1, nranks, static_cast<unsigned long long>(r.coll.seq), str(func),
                           static_cast<unsigned long long>(count), str(dt), static_cast<unsigned long long>(size),
-                          str(r.coll.algo), str(r.coll.proto), r.coll.channels, start.s, dur_us, algbw,
-                          algbw * factor, timing);
+                          str(r.coll.algo), str(r.coll.proto), r.coll.channels, start.s);
     } else {
         n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"p2p\",\"comm\":\"%s\",\"rank\":%d,\"nranks\":%d,\"func\":\"%s\",\"peer\":%d,"
-                          "\"count\":%llu,\"datatype\":\"%s\",\"bytes\":%llu,\"channels\":%u,\"start_us\":%s,"
-                          "\"duration_us\":%.3f,\"algbw_GBps\":%.4f,\"timing\":\"%s\"",
+                          "\"count\":%llu,\"datatype\":\"%s\",\"bytes\":%llu,\"channels\":%u,\"start_us\":%s",
                           comm.s, c ? c->rank : -1, nranks, str(func), r.p2p.peer, static_cast<unsigned long long>(count),
-                          str(dt), static_cast<unsigned long long>(size), r.p2p.channels, start.s, dur_us, algbw,
-                          timing);
+                          str(dt), static_cast<unsigned long long>(size), r.p2p.channels, start.s);
     }
-    if (n > 0 && a.kch_done > 0 && a.gpu_stop > a.gpu_start && static_cast<size_t>(n) < sizeof(w.line) - 64)
-        n += std::snprintf(w.line + n, sizeof(w.line) - static_cast<size_t>(n), ",\"kernel_us\":%.3f",
-                           static_cast<double>(a.gpu_stop - a.gpu_start) / 1e3);
+    const size_t room = sizeof(w.line) - 96;
+    if (n > 0 && static_cast<size_t>(n) < room)
+        n += timing_fields(w.line + n, room - static_cast<size_t>(n), t, algbw, factor, coll);
+    if (n > 0 && tag != 0 && static_cast<size_t>(n) < room)
+        n += std::snprintf(w.line + n, room - static_cast<size_t>(n), ",\"user_tag\":%llu",
+                           static_cast<unsigned long long>(tag));
     if (n > 0 && static_cast<size_t>(n) < sizeof(w.line) - 2) {
         w.line[n++] = '}';
         w.line[n++] = '\n';
         summary_line(w, n);
     }
-    // Trace: an async slice from arrival to completion (consecutive collectives overlap).
+    // Trace: an async slice from the enqueue to the end of the kernel (GPU end placed on the
+    // host clock) or of the host-timed work; consecutive collectives overlap.
+    const bool valid = t.source != TimingSource::kInvalid;
     if (traced(w, r.kind)) {
+        uint64_t end = in.enqueue_ns;
+        if (t.source == TimingSource::kKernelGpu && t.queue_us >= 0)
+            end = in.enqueue_ns + static_cast<uint64_t>((t.queue_us + t.kernel_us) * 1e3);
+        else if (t.duration_us > 0)
+            end = in.enqueue_ns + static_cast<uint64_t>(t.duration_us * 1e3);
         const Us end_us(end);
         name_track(w, a.ctx, kTidColl, "collectives");
         char b[768];
         int m = std::snprintf(b, sizeof(b),
                               "{\"ph\":\"b\",\"cat\":\"%s\",\"name\":\"%s\",\"id\":\"0x%llx\",\"pid\":%u,\"tid\":%d,"
                               "\"ts\":%s,\"args\":{\"seq\":%llu,\"bytes\":%llu,\"algo\":\"%s\",\"proto\":\"%s\","
-                              "\"channels\":%u,\"busbw_GBps\":%.4f,\"timing\":\"%s\"}}",
+                              "\"channels\":%u,\"duration_us\":%.3f,\"busbw_GBps\":%.4f,\"timing\":\"%s\","
+                              "\"enqueue_ns\":%llu,\"launch_ns\":%llu}}",
                               coll ? "coll" : "p2p", str(func), static_cast<unsigned long long>(r.id), a.ctx, kTidColl,
                               start.s, coll ? static_cast<unsigned long long>(r.coll.seq) : 0ull,
                               static_cast<unsigned long long>(size), coll ? str(r.coll.algo) : "",
-                              coll ? str(r.coll.proto) : "", coll ? r.coll.channels : r.p2p.channels,
-                              algbw * factor, timing);
+                              coll ? str(r.coll.proto) : "", coll ? r.coll.channels : r.p2p.channels, t.duration_us,
+                              coll ? algbw * factor : algbw, timing_name(t.source),
+                              static_cast<unsigned long long>(in.enqueue_ns), static_cast<unsigned long long>(r.start_ns));
         trace_event(w, b, m);
         m = std::snprintf(b, sizeof(b),
                           "{\"ph\":\"e\",\"cat\":\"%s\",\"name\":\"%s\",\"id\":\"0x%llx\",\"pid\":%u,\"tid\":%d,\"ts\":%s}",
@@ -376,8 +445,14 @@ void emit_agg(Writer &w, const Agg &a)
                           end_us.s);
         trace_event(w, b, m);
     }
-    ++w.ctxs[a.ctx].colls;
-    w.metrics.count(w.comm_entry[a.ctx], func, size, timed ? end - r.start_ns : 0, algbw * factor * 1e9);
+    if (traced(w, Kind::kKernelCh))
+        for (const ChannelTimes &ch : a.chans) kernel_slice(w, a.ctx, r.id, ch, valid);
+    if (valid)
+        for (const Record &p : a.phases) phase_slice(w, p);
+    ++cs.colls;
+    w.metrics.count(w.comm_entry[a.ctx], func, size,
+                    t.duration_us > 0 ? static_cast<uint64_t>(t.duration_us * 1e3) : 0,
+                    coll ? algbw * factor * 1e9 : algbw * 1e9);
 }
 
 /// A complete ("X") slice.
@@ -498,29 +573,20 @@ void process(Writer &w, const Record &r, uint64_t now)
         break;
     }
     case Kind::kKernelCh: {
-        CtxState &cs = w.ctxs[r.ctx];
-        if (r.kch.gpu_start_ns) {
-            const int64_t off = static_cast<int64_t>(r.start_ns) - static_cast<int64_t>(r.kch.gpu_start_ns);
-            cs.gpu.add(off, now);
-        }
+        const ChannelTimes ch{r.kch.channel, r.kch.gpu_start_ns, r.kch.gpu_stop_ns, r.start_ns, r.stop_ns};
         if (r.root) {
-            Agg &a = agg_of(w, r.root, r.ctx, now);
-            if (r.kch.gpu_start_ns) a.gpu_start = std::min(a.gpu_start, r.kch.gpu_start_ns);
-            a.gpu_stop = std::max(a.gpu_stop, r.kch.gpu_stop_ns ? r.kch.gpu_stop_ns : r.kch.gpu_start_ns);
-            ++a.kch_done;
+            agg_of(w, r.root, r.ctx, now).chans.push_back(ch);
+        } else if (traced(w, r.kind)) {
+            kernel_slice(w, r.ctx, 0, ch, true); // a channel of no known collective
         }
-        if (!traced(w, r.kind) || !cs.gpu.known() || r.kch.gpu_stop_ns < r.kch.gpu_start_ns) break;
-        Record placed = r; // on the host clock through the calibrated offset
-        placed.start_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_start_ns) + cs.gpu.value());
-        placed.stop_ns = static_cast<uint64_t>(static_cast<int64_t>(r.kch.gpu_stop_ns) + cs.gpu.value());
-        std::snprintf(args, sizeof(args), "\"gpu_start_ns\":%llu,\"gpu_stop_ns\":%llu",
-                      static_cast<unsigned long long>(r.kch.gpu_start_ns),
-                      static_cast<unsigned long long>(r.kch.gpu_stop_ns));
-        char track[24];
-        std::snprintf(track, sizeof(track), "ch %u kernel", r.kch.channel);
-        slice(w, placed, tid_kch(r.kch.channel), track, "kernel", args);
         break;
     }
+    case Kind::kKernelPhase:
+        // Placed on the host clock with its collective, once the GPU offset is known.
+        if (!traced(w, r.kind)) break;
+        if (r.root) agg_of(w, r.root, r.ctx, now).phases.push_back(r);
+        else phase_slice(w, r);
+        break;
     case Kind::kNet:
         if (r.root) agg_of(w, r.root, r.ctx, now);
         if (r.net.type != 0) {
@@ -534,6 +600,10 @@ void process(Writer &w, const Record &r, uint64_t now)
     case Kind::kCollApi:
     case Kind::kP2pApi:
     case Kind::kKernelLaunch: {
+        // A call captured into a CUDA graph enqueues no replay: each replay's Coll keeps the
+        // capture's handle as its parent, and its own start is the replay's launch.
+        if ((r.kind == Kind::kCollApi || r.kind == Kind::kP2pApi) && !r.api.graph_captured)
+            w.api_calls[r.id] = ApiCall{r.start_ns, now};
         if (!traced(w, r.kind)) break;
         static const char *const kApi[] = {"GroupApi", "CollApi", "P2pApi", "KernelLaunch"};
         const char *name = kApi[static_cast<int>(r.kind) - static_cast<int>(Kind::kGroupApi)];
@@ -569,26 +639,30 @@ void process(Writer &w, const Record &r, uint64_t now)
     }
 }
 
-/// Completes collectives: all kernel channels seen, or quiet for settle_ns (or `all`, or
-/// those of context `only`).
+/// Completes collectives: with kernel channels due (kFlagKernelCh), once every channel's
+/// KernelCh has arrived, or after kernel_timeout_ns with no news (counted); else once quiet
+/// for settle_ns. `all` completes every pending one (of context `only`, or of every context
+/// when only < 0). Unclaimed API calls older than the kernel timeout are dropped.
 void complete(Writer &w, uint64_t now, bool all, int only = -1)
 {
-    std::vector<const Agg *> done;
+    std::vector<std::pair<const Agg *, bool>> done; // (collective, timed out)
     std::vector<uint64_t> done_ids;
     for (auto it = w.pending.begin(); it != w.pending.end();) {
         Agg &a = it->second;
         const bool mine = only < 0 || a.ctx == only;
-        const bool quiet = now - a.touched_ns > w.cfg.settle_ns;
+        const uint64_t quiet_ns = now - a.touched_ns;
         if (a.have_rec) {
             const uint8_t ch = a.rec.kind == Kind::kColl ? a.rec.coll.channels : a.rec.p2p.channels;
-            const bool kdone = ch > 0 && a.kch_done >= ch;
-            if ((mine && all) || kdone || quiet) {
-                done.push_back(&a);
+            const bool due = (a.rec.flags & kFlagKernelCh) && ch > 0;
+            const bool all_in = due && a.chans.size() >= ch;
+            const bool late = due && !all_in && quiet_ns > w.cfg.kernel_timeout_ns;
+            if ((mine && all) || all_in || late || (!due && quiet_ns > w.cfg.settle_ns)) {
+                done.emplace_back(&a, late || (due && !all_in));
                 done_ids.push_back(it->first);
                 ++it;
                 continue;
             }
-        } else if ((mine && all) || now - a.touched_ns > 4 * w.cfg.settle_ns) {
+        } else if ((mine && all) || quiet_ns > 4 * w.cfg.settle_ns + w.cfg.kernel_timeout_ns) {
             ++w.orphans; // work whose collective record was dropped or came after completion
             it = w.pending.erase(it);
             continue;
@@ -596,9 +670,11 @@ void complete(Writer &w, uint64_t now, bool all, int only = -1)
         ++it;
     }
     // In arrival order, so a summary reads like the job's timeline.
-    std::sort(done.begin(), done.end(), [](const Agg *a, const Agg *b) { return a->rec.start_ns < b->rec.start_ns; });
-    for (const Agg *a : done) emit_agg(w, *a);
+    std::sort(done.begin(), done.end(), [](const auto &a, const auto &b) { return a.first->rec.start_ns < b.first->rec.start_ns; });
+    for (const auto &[a, late] : done) emit_agg(w, *a, late);
     for (uint64_t id : done_ids) w.pending.erase(id);
+    for (auto it = w.api_calls.begin(); it != w.api_calls.end();)
+        it = now - it->second.seen_ns > w.cfg.kernel_timeout_ns ? w.api_calls.erase(it) : std::next(it);
 }
 
 /// Drains the rings and completes collectives; `all` completes every pending one (of
@@ -692,11 +768,13 @@ void write_stats(Writer &w)
     const int n = std::snprintf(
         w.line, sizeof(w.line),
         "{\"type\":\"stats\",\"events\":%llu,\"dropped_pool\":%llu,\"dropped_ring\":%llu,\"dropped_threads\":%llu,"
-        "\"leaked\":%llu,\"foreign_handles\":%llu,\"orphans\":%llu,\"trace_dropped\":%llu,\"summary_dropped\":%llu}\n",
+        "\"leaked\":%llu,\"foreign_handles\":%llu,\"orphans\":%llu,\"kernel_timeouts\":%llu,\"kernel_anomalies\":%llu,"
+        "\"trace_dropped\":%llu,\"summary_dropped\":%llu}\n",
         static_cast<unsigned long long>(c.events), static_cast<unsigned long long>(c.dropped_pool),
         static_cast<unsigned long long>(c.dropped_ring), static_cast<unsigned long long>(c.dropped_threads),
         static_cast<unsigned long long>(c.leaked), static_cast<unsigned long long>(c.foreign_handles),
-        static_cast<unsigned long long>(w.orphans), static_cast<unsigned long long>(w.trace.dropped),
+        static_cast<unsigned long long>(w.orphans), static_cast<unsigned long long>(w.kernel_timeouts),
+        static_cast<unsigned long long>(w.kernel_anomalies), static_cast<unsigned long long>(w.trace.dropped),
         static_cast<unsigned long long>(w.summary.dropped));
     // The stats record is written even past the size bound: it is what says what was lost.
     if (n > 0 && static_cast<size_t>(n) < sizeof(w.line)) w.summary.raw(w.line, static_cast<size_t>(n));
@@ -717,7 +795,10 @@ int start_writer(const WriterConfig &cfg, std::string *why)
     w.summary = Out{};
     w.named_tracks.clear();
     w.pending.clear();
+    w.api_calls.clear();
     w.orphans = 0;
+    w.kernel_timeouts = 0;
+    w.kernel_anomalies = 0;
     for (CtxState &c : w.ctxs) c = CtxState{};
     w.at_start = Recorder::instance().counters();
     if (int e = w.metrics.open(); e != 0)

@@ -18,7 +18,12 @@ struct WriterConfig {
     uint32_t traced = 0;             ///< kinds written to the trace (mask bits)
     uint32_t recorded = 0;           ///< kinds recorded
     int abi = 0;
-    uint64_t settle_ns = 250'000'000; ///< a collective with no news for this long is complete
+    uint64_t settle_ns = 250'000'000; ///< without kernel channels due: a collective with no
+                                      ///< news for this long is complete
+    /// With kernel channels due: how long a collective waits, with no news, for a missing
+    /// KernelCh before it is written with what arrived (counted as kernel_timeouts). Long:
+    /// a collective may wait that long for a late rank, and queued ones for those before.
+    uint64_t kernel_timeout_ns = 60'000'000'000;
     uint64_t period_ns = 5'000'000;   ///< drain period
 };
 

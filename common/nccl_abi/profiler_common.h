@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declarations of NCCL's profiler event types, mask bits and states, shared by
  * every profiler ABI version. Values from NCCL v2.30.7-1 src/include/plugin/nccl_profiler.h
- * (bits 0-11 and states 0-24 unchanged since 2.27/2.28); see shared reference
- * nccl-plugin-abi.md sections 3.3 and 3.6. Bits and states are never renumbered between
+ * (bits 0-11 and states 0-24 unchanged since 2.27/2.28), bit 15 and state 31 from NCCL's
+ * nccl_profiler.h of the v7 interface (commit 88980683, NCCL 2.31); see docs/nccl-abi.md. Bits and states are never renumbered between
  * versions. C-compatible. */
 #ifndef VIGIL_NCCL_ABI_PROFILER_COMMON_H
 #define VIGIL_NCCL_ABI_PROFILER_COMMON_H
@@ -31,7 +31,8 @@ enum {
     ncclProfileKernelLaunch = (1 << 11), /* v5+ */
     ncclProfileCeColl = (1 << 12),   /* v6 */
     ncclProfileCeSync = (1 << 13),   /* v6 */
-    ncclProfileCeBatch = (1 << 14)   /* v6 */
+    ncclProfileCeBatch = (1 << 14),  /* v6 */
+    ncclProfileKernelPhase = (1 << 15) /* v7: phases of a symmetric kernel's channel */
 };
 
 /* Event states (one enum for every version; values never change). */
@@ -66,7 +67,8 @@ typedef enum {
     ncclProfilerCeSyncStart = 27,
     ncclProfilerCeSyncComplete = 28,
     ncclProfilerCeBatchStart = 29,
-    ncclProfilerCeBatchComplete = 30
+    ncclProfilerCeBatchComplete = 30,
+    ncclProfilerKernelPhaseStop = 31    /* v7; stop pTimer in the kernelCh member of the args */
 } ncclProfilerEventState_t;
 
 typedef ncclProfilerEventState_t ncclProfilerEventState_v1_t;
@@ -75,6 +77,7 @@ typedef ncclProfilerEventState_t ncclProfilerEventState_v3_t;
 typedef ncclProfilerEventState_t ncclProfilerEventState_v4_t;
 typedef ncclProfilerEventState_t ncclProfilerEventState_v5_t;
 typedef ncclProfilerEventState_t ncclProfilerEventState_v6_t;
+typedef ncclProfilerEventState_t ncclProfilerEventState_v7_t;
 
 /* pluginId of ncclProfileNetPlugin events: low 16 bits the descriptor version, next 16 the
  * plugin type (nccl_profiler.h:80-87). Vigil's type is in profiler_net_vigil.h. */

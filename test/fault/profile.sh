@@ -66,7 +66,7 @@ for f in sums:
     colls = [r for r in recs if r["type"] == "coll"]
     assert [c["seq"] for c in colls] == list(range(6)), [c["seq"] for c in colls]
     for c in colls:
-        assert c["bytes"] == 4 << 20 and c["nranks"] == 4 and c["timing"] == "proxy", c
+        assert c["bytes"] == 4 << 20 and c["nranks"] == 4 and c["timing"] == "proxy_cpu", c
         assert abs(c["busbw_GBps"] - c["algbw_GBps"] * 1.5) < 1e-3, c
         assert c["duration_us"] > 0, c
     ranks.add(colls[0]["rank"])

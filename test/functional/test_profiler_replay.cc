@@ -62,6 +62,7 @@
 #include "nccl_abi/profiler_net_vigil.h"
 #include "nccl_abi/profiler_v4.h"
 #include "nccl_abi/profiler_v6.h"
+#include "nccl_abi/profiler_v7.h"
 
 extern char **environ;
 
@@ -70,9 +71,12 @@ using json = nlohmann::json;
 
 namespace {
 
-using Descr = ncclProfilerEventDescr_v6_t; // v5 events are byte-identical in v5 and v6
+// v7's descriptor is v6's with fields appended: the first 112 bytes are the v6 (and, for v5
+// event types, the v5) descriptor.
+using Descr = ncclProfilerEventDescr_v7_t;
 using Args = ncclProfilerEventStateArgs_v5_t;
-static_assert(sizeof(ncclProfilerEventDescr_v5_t) == sizeof(Descr), "v5/v6 descriptors");
+static_assert(sizeof(ncclProfilerEventDescr_v5_t) == sizeof(ncclProfilerEventDescr_v6_t), "v5/v6 descriptors");
+static_assert(sizeof(Descr) == 136, "v7 descriptor");
 
 std::string g_base; // this run's temporary directory
 
@@ -143,29 +147,34 @@ struct Comm {
 struct Prof {
     void *lib = nullptr;
     int version = 0;
+    ncclProfiler_v7_t *v7 = nullptr;
     ncclProfiler_v6_t *v6 = nullptr;
     ncclProfiler_v5_t *v5 = nullptr;
     ncclProfiler_v4_t *v4 = nullptr;
     std::atomic<uint64_t> started{0};
 
-    /// NCCL's loader: `newest` is the newest table the NCCL version knows (2.30.7: 6,
-    /// 2.28.9: 5, 2.27.7: 4); it tries that one first and falls back to older ones.
+    /// NCCL's loader: `newest` is the newest table the NCCL version knows (2.31: 7,
+    /// 2.30.7: 6, 2.28.9: 5, 2.27.7: 4); it tries that one first and falls back to older ones.
     std::string load(const std::string &path, int newest)
     {
         lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (lib == nullptr) return std::string("dlopen ") + path + ": " + dlerror();
-        if (newest >= 6) v6 = static_cast<ncclProfiler_v6_t *>(dlsym(lib, "ncclProfiler_v6"));
-        if (v6 == nullptr && newest >= 5) v5 = static_cast<ncclProfiler_v5_t *>(dlsym(lib, "ncclProfiler_v5"));
-        if (v6 == nullptr && v5 == nullptr) v4 = static_cast<ncclProfiler_v4_t *>(dlsym(lib, "ncclProfiler_v4"));
-        version = v6 ? 6 : v5 ? 5 : v4 ? 4 : 0;
+        if (newest >= 7) v7 = static_cast<ncclProfiler_v7_t *>(dlsym(lib, "ncclProfiler_v7"));
+        if (v7 == nullptr && newest >= 6) v6 = static_cast<ncclProfiler_v6_t *>(dlsym(lib, "ncclProfiler_v6"));
+        if (v7 == nullptr && v6 == nullptr && newest >= 5)
+            v5 = static_cast<ncclProfiler_v5_t *>(dlsym(lib, "ncclProfiler_v5"));
+        if (v7 == nullptr && v6 == nullptr && v5 == nullptr)
+            v4 = static_cast<ncclProfiler_v4_t *>(dlsym(lib, "ncclProfiler_v4"));
+        version = v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : 0;
         if (version == 0) return "no ncclProfiler_v4..v" + std::to_string(newest) + " in " + path;
         return "";
     }
-    const char *name() const { return v6 ? v6->name : v5 ? v5->name : v4->name; }
+    const char *name() const { return v7 ? v7->name : v6 ? v6->name : v5 ? v5->name : v4->name; }
     /// After dlclose: the next load is NCCL loading the plugin for a new communicator.
     void forget()
     {
         lib = nullptr;
+        v7 = nullptr;
         v6 = nullptr;
         v5 = nullptr;
         v4 = nullptr;
@@ -175,6 +184,7 @@ struct Prof {
     ncclResult_t init(Comm &c, int *mask = &g_mask)
     {
         switch (version) {
+        case 7: return v7->init(&c.ctx, c.hash, mask, c.name, c.nnodes, c.nranks, c.rank, logger);
         case 6: return v6->init(&c.ctx, c.hash, mask, c.name, c.nnodes, c.nranks, c.rank, logger);
         case 5: return v5->init(&c.ctx, c.hash, mask, c.name, c.nnodes, c.nranks, c.rank, logger);
         default: return v4->init(&c.ctx, mask, c.name, c.hash, c.nnodes, c.nranks, c.rank, logger);
@@ -187,8 +197,15 @@ struct Prof {
     /// as parentObj, and p2p.nChannels is never copied.
     ncclResult_t start_raw(void *ctx, void **h, const Descr &d)
     {
-        if (version == 6) {
+        if (version == 7) {
             Descr e = d;
+            return v7->startEvent(ctx, h, &e);
+        }
+        // NCCL 2.31's v6 adapter drops what v6 does not know (KernelPhase); so do older NCCLs.
+        if (d.type == ncclProfileKernelPhase) return ncclSuccess;
+        if (version == 6) {
+            ncclProfilerEventDescr_v6_t e;
+            std::memcpy(static_cast<void *>(&e), &d, sizeof(e));
             return v6->startEvent(ctx, h, &e);
         }
         if (version == 5) {
@@ -257,10 +274,18 @@ struct Prof {
     ncclResult_t record(void *h, int state, Args *a)
     {
         const auto s = static_cast<ncclProfilerEventState_t>(state);
+        if (v7) return v7->recordEventState(h, s, a);
+        if (state == ncclProfilerKernelPhaseStop) return ncclSuccess; // the v6 adapter drops it
         return v6 ? v6->recordEventState(h, s, a) : v5 ? v5->recordEventState(h, s, a) : v4->recordEventState(h, s, a);
     }
-    ncclResult_t stop(void *h) { return v6 ? v6->stopEvent(h) : v5 ? v5->stopEvent(h) : v4->stopEvent(h); }
-    ncclResult_t finalize(void *ctx) { return v6 ? v6->finalize(ctx) : v5 ? v5->finalize(ctx) : v4->finalize(ctx); }
+    ncclResult_t stop(void *h)
+    {
+        return v7 ? v7->stopEvent(h) : v6 ? v6->stopEvent(h) : v5 ? v5->stopEvent(h) : v4->stopEvent(h);
+    }
+    ncclResult_t finalize(void *ctx)
+    {
+        return v7 ? v7->finalize(ctx) : v6 ? v6->finalize(ctx) : v5 ? v5->finalize(ctx) : v4->finalize(ctx);
+    }
 };
 
 /// Everything a child owns. `check` failures are reported to the parent through driver.json.
@@ -295,7 +320,10 @@ struct Task {
     void *api = nullptr; // CollApi / P2pApi handle
     void *ev = nullptr;  // Coll / P2p handle
     uint64_t seq = 0;
-    uint64_t t0 = 0, t1 = 0; // host time around S(Coll/P2p)
+    uint64_t t0 = 0, t1 = 0;         // host time around S(Coll/P2p)
+    uint64_t api_t0 = 0, api_t1 = 0; // host time around S(CollApi/P2pApi): the enqueue
+    bool captured = false;           // enqueued into a CUDA graph: replays have no API call
+    uint64_t user_tag = 0;           // v7
 };
 
 /// hostStreamPlanTask (enqueue.cc:350-471): S(Group), S(Coll/P2p) per task, post the proxy
@@ -325,6 +353,7 @@ void launch_plan(Prof &p, Comm &c, std::vector<Task *> &tasks, const std::functi
             d.coll.algo = t->algo;
             d.coll.proto = t->proto;
             d.coll.parentGroup = gh;
+            d.coll.userTag = t->user_tag;
         } else {
             d.type = ncclProfileP2p;
             d.p2p.func = t->func;
@@ -353,6 +382,7 @@ public:
     explicit User(Prof &p) : p_(p) {}
     std::function<void(Task &)> post; // uploadProxyOps + ncclProxyStart
     bool graph = false;               // being captured into a CUDA graph
+    uint64_t user_tag = 0;            // v7: the tag of the next calls (ncclCommSetUserTag-like)
     bool nonblocking = false;         // the comm is non-blocking: groupLaunch on an NCCL pthread
     ~User() { wait_launch(); }
 
@@ -373,6 +403,7 @@ public:
         t.count = count;
         t.nch = nch;
         t.dtype = dtype;
+        t.user_tag = user_tag;
         api_first(c);
         Descr d{};
         d.type = ncclProfileCollApi;
@@ -383,7 +414,11 @@ public:
         d.collApi.root = 0;
         d.collApi.stream = kStream;
         d.collApi.graphCaptured = graph;
+        d.collApi.userTag = user_tag;
+        t.captured = graph;
+        t.api_t0 = mono_ns();
         t.api = p_.start(c.ctx, d);
+        t.api_t1 = mono_ns();
         if (t.api) p_.stop(t.api); // E(CollApi) at the end of the enqueue call
         tasks_.push_back(t);
     }
@@ -406,7 +441,10 @@ public:
         d.p2pApi.datatype = dtype;
         d.p2pApi.stream = kStream;
         d.p2pApi.graphCaptured = graph;
+        t.captured = graph;
+        t.api_t0 = mono_ns();
         t.api = p_.start(c.ctx, d);
+        t.api_t1 = mono_ns();
         if (t.api) p_.stop(t.api);
         tasks_.push_back(t);
     }
@@ -496,6 +534,12 @@ struct Work {
     uint64_t step_ns = 1000;                 // network time of one transfer
     std::vector<vigilNetProfDescr_v1_t> net; // emitted from the first isend of channel 0
     int restart_recv_step = -1;              // irecv returned NULL once: S(step) twice
+    // The GPU side, as a real kernel gives it:
+    uint64_t kernel_ns = 0;   // the channels run this long after their start (spun)
+    int64_t gpu_shift_ns = 0; // added to every stamp: <0 ran earlier than the proxy saw
+    int drop_channel = -1;    // this channel's KernelCh never comes (NCCL lost it)
+    int bad_stamps = 0;       // 1: every channel's stop before its start; 2: starts 3 s early
+    bool phases = false;      // v7: three KernelPhase children per channel
 };
 
 size_t step_size(const Work &w, int k) { return w.step_bytes + 64 * static_cast<size_t>(k); }
@@ -514,9 +558,12 @@ void run_work(Child &c, Work &w)
         d.type = ncclProfileKernelCh;
         d.parentObj = w.parent;
         d.kernelCh.channelId = static_cast<uint8_t>(ch);
-        d.kernelCh.pTimer = gstart[ch] = gpu_now() - kKernelStartLag;
+        d.kernelCh.pTimer = gstart[ch] = gpu_now() - kKernelStartLag + static_cast<uint64_t>(w.gpu_shift_ns);
+        if (w.bad_stamps == 2) d.kernelCh.pTimer = gstart[ch] -= 3'000'000'000ull;
+        if (ch == w.drop_channel) continue;
         kch[ch] = p.start(ctx, d);
     }
+    if (w.kernel_ns) spin(w.kernel_ns);
     for (int ch = 0; ch < w.nch; ++ch) {
         void *op[2] = {nullptr, nullptr}; // send, recv
         for (int dir = 0; dir < 2; ++dir) {
@@ -598,7 +645,28 @@ void run_work(Child &c, Work &w)
         if (!kch[ch]) continue;
         k0 = mono_ns();
         Args a{};
-        a.kernelCh.pTimer = gstop[ch] = gpu_now() - kKernelStopLag;
+        a.kernelCh.pTimer = gstop[ch] = gpu_now() - kKernelStopLag + static_cast<uint64_t>(w.gpu_shift_ns);
+        if (w.bad_stamps == 1) a.kernelCh.pTimer = gstop[ch] = gstart[ch] - 5000;
+        if (w.phases) {
+            // NCCL >= 2.31, symmetric kernels: each phase as start, record(31), stop, all
+            // before the channel's own stop (src/plugin/profiler.cc, profilerFireKernelPhaseEvents).
+            static const char *const kPhaseNames[] = {"initial_sync", "compute", "final_sync"};
+            const uint64_t span = (gstop[ch] - gstart[ch]) / 3;
+            for (uint8_t ph = 0; ph < 3; ++ph) {
+                Descr d{};
+                d.type = ncclProfileKernelPhase;
+                d.parentObj = kch[ch];
+                d.kernelPhase.channelId = static_cast<uint8_t>(ch);
+                d.kernelPhase.phaseId = ph;
+                d.kernelPhase.phaseName = kPhaseNames[ph];
+                d.kernelPhase.pTimer = gstart[ch] + ph * span;
+                void *hp = p.start(ctx, d);
+                Args pa{};
+                pa.kernelCh.pTimer = gstart[ch] + (ph + 1) * span;
+                if (hp) p.record(hp, ncclProfilerKernelPhaseStop, &pa);
+                if (hp) p.stop(hp);
+            }
+        }
         p.record(kch[ch], ncclProfilerKernelChStop, &a);
         p.stop(kch[ch]);
         k1 = mono_ns();
@@ -981,7 +1049,8 @@ void load_or_fail(Child &c, const std::string &path, int newest)
     c.out["name"] = c.p.name();
     c.out["symbols"] = {{"v4", dlsym(c.p.lib, "ncclProfiler_v4") != nullptr},
                         {"v5", dlsym(c.p.lib, "ncclProfiler_v5") != nullptr},
-                        {"v6", dlsym(c.p.lib, "ncclProfiler_v6") != nullptr}};
+                        {"v6", dlsym(c.p.lib, "ncclProfiler_v6") != nullptr},
+                        {"v7", dlsym(c.p.lib, "ncclProfiler_v7") != nullptr}};
 }
 
 void init_or_fail(Child &c, Comm &comm)
@@ -1001,7 +1070,8 @@ void finalize_all(Child &c, std::initializer_list<Comm *> comms)
 json task_log(const Task &t)
 {
     return {{"comm", hex(t.comm->hash)}, {"seq", t.seq}, {"count", t.count}, {"t0", t.t0}, {"t1", t.t1},
-            {"func", t.func}, {"peer", t.peer}};
+            {"api", t.api != nullptr && !t.captured}, {"api_t0", t.api_t0}, {"api_t1", t.api_t1}, {"func", t.func},
+            {"peer", t.peer}};
 }
 
 /// A coll/p2p summary record's numbers are consistent: bytes/duration = algbw, busbw =
@@ -1019,24 +1089,36 @@ void check_bandwidth(const json &r, double factor)
     if (r.contains("busbw_GBps")) CHECK(std::fabs(r["busbw_GBps"].get<double>() - alg * factor) <= 2e-4);
 }
 
-/// The kernel-timed duration of a collective follows from the GPU timers the replay gave
-/// (end = last KernelChStop on the host clock; start = S(Coll)).
+/// The kernel-timed duration of a collective is the longest channel's GPU time, and its
+/// kernel span the first channel start to the last channel stop, from the GPU timers the
+/// replay gave (NCCL Inspector's definition; docs/profiler.md).
 void check_kernel_duration(const json &r, const json &task, const json &plog)
 {
     INFO("record " << raw(r) << "\ntask " << task.dump() << "\nproxy " << plog.dump());
-    const double dur_ns = r["duration_us"].get<double>() * 1e3;
-    const double lo = plog["k0"].get<double>() + kKernelStopLag - task["t1"].get<double>() - 2;
-    const double hi = plog["k1"].get<double>() + kKernelStopLag - task["t0"].get<double>() + 5e6;
-    CHECK(dur_ns >= lo);
-    CHECK(dur_ns <= hi);
+    const auto &g0 = plog["gpu_start"], &g1 = plog["gpu_stop"];
+    REQUIRE(g0.size() == g1.size());
+    uint64_t longest = 0, first = UINT64_MAX, last = 0;
+    for (size_t ch = 0; ch < g0.size(); ++ch) {
+        const uint64_t a = g0[ch].get<uint64_t>(), b = g1[ch].get<uint64_t>();
+        longest = std::max(longest, b - a);
+        first = std::min(first, a);
+        last = std::max(last, b);
+    }
+    CHECK(r["timing"] == "kernel_gpu");
+    CHECK(std::fabs(r["duration_us"].get<double>() - static_cast<double>(longest) / 1e3) <= 0.0011);
+    CHECK(std::fabs(r["kernel_us"].get<double>() - static_cast<double>(last - first) / 1e3) <= 0.0011);
+    CHECK(r["channels_timed"] == g0.size());
 }
 
+/// start_us is the enqueue: the user's call (CollApi/P2pApi start) when the profiler got
+/// one, else S(Coll/P2p).
 void check_start_us(const json &r, const json &task, int64_t m2r)
 {
     INFO("record " << raw(r) << "\ntask " << task.dump() << "\nmono_to_realtime_ns " << m2r);
     const int64_t s = exact_ns(r, "start_us");
-    CHECK(s >= task["t0"].get<int64_t>() + m2r);
-    CHECK(s <= task["t1"].get<int64_t>() + m2r);
+    const bool api = task.value("api", false);
+    CHECK(s >= task[api ? "api_t0" : "t0"].get<int64_t>() + m2r);
+    CHECK(s <= task[api ? "api_t1" : "t1"].get<int64_t>() + m2r);
 }
 
 // ---- scenario 1: AllReduce in a group, full replay -------------------------------------
@@ -1127,7 +1209,7 @@ void check_allreduce(int version)
     INFO("scenario dir " << o.dir);
     CHECK(o.drv["version"] == version);
     CHECK(o.drv["name"] == "Vigil");
-    CHECK(o.drv["symbols"] == json({{"v4", true}, {"v5", true}, {"v6", true}}));
+    CHECK(o.drv["symbols"] == json({{"v4", true}, {"v5", true}, {"v6", true}, {"v7", true}}));
     CHECK((o.drv["mask"].get<int>() & 0xfff) == 0xfff);
 
     const json proc = o.process();
@@ -1165,7 +1247,7 @@ void check_allreduce(int version)
         CHECK(r["algo"] == "RING");
         CHECK(r["proto"] == "SIMPLE");
         CHECK(r["channels"] == 2);
-        CHECK(r["timing"] == "kernel");
+        CHECK(r["timing"] == "kernel_gpu");
         check_bandwidth(r, 2.0 * 7 / 8);
         const json &t = tasks[static_cast<size_t>(i)];
         REQUIRE(t["seq"] == i);
@@ -1370,7 +1452,7 @@ void check_p2p(const std::string &tag, const std::string &path, int version)
         CHECK(r["datatype"] == "ncclFloat32");
         CHECK(r["bytes"] == (send ? 16384 : 32768));
         CHECK(r["channels"] == (send ? 2 : 1));
-        CHECK(r["timing"] == "kernel");
+        CHECK(r["timing"] == "kernel_gpu");
         check_bandwidth(r, 1.0);
         check_start_us(r, t, m2r);
     }
@@ -1518,7 +1600,7 @@ void body_bad_handles(Child &c)
     // The v6 table does receive CE events from 2.30.7; the plugin does not record them.
     auto *t6 = static_cast<ncclProfiler_v6_t *>(dlsym(p.lib, "ncclProfiler_v6"));
     if (t6 != nullptr) {
-        Descr d{};
+        ncclProfilerEventDescr_v6_t d{};
         d.type = ncclProfileCeColl;
         d.ceColl.func = "AllGather";
         void *h = kPoison;
@@ -2048,7 +2130,7 @@ TEST_CASE("3. NULL and foreign handles", "[profiler-replay]")
     auto colls = o.of("coll");
     REQUIRE(colls.size() == 1);
     CHECK(colls[0]["seq"] == 0);
-    CHECK(colls[0]["timing"] == "kernel");
+    CHECK(colls[0]["timing"] == "kernel_gpu");
     auto nets = o.of("net");
     REQUIRE(nets.size() == 1);
     CHECK(nets[0]["event"] == "failback");
@@ -2083,7 +2165,7 @@ TEST_CASE("4. a restarted proxy step is recorded once", "[profiler-replay]")
     CHECK(st["foreign_handles"] == 0);
     CHECK(st["events"] == o.drv["started"]);
     REQUIRE(o.of("coll").size() == 1);
-    CHECK(o.of("coll")[0]["timing"] == "kernel");
+    CHECK(o.of("coll")[0]["timing"] == "kernel_gpu");
 }
 
 TEST_CASE("5. several communicators", "[profiler-replay]")
@@ -2127,7 +2209,7 @@ TEST_CASE("5. several communicators", "[profiler-replay]")
         CHECK(r["datatype"] == (isA ? "ncclFloat32" : "ncclBfloat16"));
         CHECK(r["bytes"] == t["count"].get<uint64_t>() * (isA ? 4 : 2));
         CHECK(r["channels"] == (isA ? 2 : 1));
-        CHECK(r["timing"] == "kernel");
+        CHECK(r["timing"] == "kernel_gpu");
         const double n = isA ? 4 : 16;
         check_bandwidth(r, 2 * (n - 1) / n);
         check_start_us(r, t, m2r);
@@ -2188,7 +2270,7 @@ TEST_CASE("7. the v4 table", "[profiler-replay]")
         CHECK(colls[i]["seq"] == i);
         CHECK(colls[i]["channels"] == 2);
         CHECK(colls[i]["bytes"] == 16384);
-        CHECK(colls[i]["timing"] == "kernel");
+        CHECK(colls[i]["timing"] == "kernel_gpu");
         check_bandwidth(colls[i], 1.0);
     }
     auto p2p = o.of("p2p");
@@ -2200,7 +2282,7 @@ TEST_CASE("7. the v4 table", "[profiler-replay]")
         CHECK(r["channels"] == 0); // the 2.28+ v4 shim leaves nChannels uninitialised (77)
         CHECK(r["bytes"] == 2048);
         CHECK(r["peer"] == 0);
-        CHECK(r["timing"] != "enqueue");
+        CHECK(r["timing"] != "none");
     }
     CHECK(funcs == std::set<std::string>{"Send", "Recv"});
     CHECK(o.events("X", "GroupApi").empty());
@@ -2229,20 +2311,27 @@ TEST_CASE("8. pool exhaustion", "[profiler-replay]")
     CHECK(o.events("X", "send op").size() == 64);
     auto colls = o.of("coll");
     REQUIRE(colls.size() == 1);
-    CHECK(colls[0]["timing"] == "proxy");
+    CHECK(colls[0]["timing"] == "proxy_cpu");
 }
 
-TEST_CASE("9. a bad VIGIL_PROFILE_EVENTS switches profiling off", "[profiler-replay]")
+TEST_CASE("9. a bad VIGIL_PROFILE_EVENTS gets a WARN and the default events", "[profiler-replay]")
 {
+    // Observability never stops a job, nor switches itself off for a typo: the default set.
     Outcome o = run_child("bad-events", {{"VIGIL_PROFILE_EVENTS", "coll,bogus"}}, body_mask);
     REQUIRE_CHILD_OK(o);
     INFO("scenario dir " << o.dir << "\ndriver " << o.drv.dump());
     CHECK(o.drv["rc"] == ncclSuccess);
-    CHECK(o.drv["mask"] == 0);
-    CHECK(o.drv["coll_null"] == true);
+    const int want = ncclProfileColl | ncclProfileP2p | ncclProfileProxyOp | ncclProfileKernelCh |
+                     ncclProfileNetPlugin;
+    CHECK((o.drv["mask"].get<int>() & want) == want);
+    CHECK(o.drv["ctx_null"] == false);
+    CHECK(o.drv["coll_null"] == false);
     CHECK(o.drv["finalize_rc"] == ncclSuccess);
     bool warned = false;
-    for (const json &w : o.drv["warns"]) warned |= w.get<std::string>().find("bogus") != std::string::npos;
+    for (const json &w : o.drv["warns"]) {
+        const std::string t = w.get<std::string>();
+        warned |= t.find("bogus") != std::string::npos && t.find("using the default") != std::string::npos;
+    }
     CHECK(warned);
 }
 
@@ -2325,7 +2414,7 @@ TEST_CASE("12. PXN: another process's proxy op", "[profiler-replay]")
         if (e["args"]["bytes"] == 4096) ++pxn_steps;
     CHECK(pxn_steps == 4);
     REQUIRE(o.of("coll").size() == 1);
-    CHECK(o.of("coll")[0]["timing"] == "kernel");
+    CHECK(o.of("coll")[0]["timing"] == "kernel_gpu");
     const json st = o.stats();
     REQUIRE_NO_DROPS(st);
     CHECK(st["foreign_handles"] == 0);
@@ -2350,7 +2439,7 @@ TEST_CASE("13. graph replay: Coll parent is a long-stopped CollApi", "[profiler-
         const uint64_t s = r["seq"].get<uint64_t>();
         REQUIRE(tasks.count(s) == 1);
         CHECK(r["count"] == tasks[s]["count"]);
-        CHECK(r["timing"] == "kernel");
+        CHECK(r["timing"] == "kernel_gpu");
         CHECK(r["channels"] == 2);
         check_bandwidth(r, 2.0 * 3 / 4);
         check_start_us(r, tasks[s], m2r);
@@ -2386,7 +2475,7 @@ TEST_CASE("14. non-blocking communicator: a new launch thread per group", "[prof
     std::set<uint64_t> seqs;
     for (const json &r : colls) {
         seqs.insert(r["seq"].get<uint64_t>());
-        CHECK(r["timing"] == "kernel");
+        CHECK(r["timing"] == "kernel_gpu");
     }
     CHECK(seqs.size() == kNbGroups);
     const json st = o.stats();
@@ -2427,7 +2516,7 @@ void check_sessions(bool unload)
         // (reset per session), not the whole process's history.
         CHECK(st["events"] == o.drv[first ? "started1" : "started2"]);
     }
-    if (unload) CHECK(o.drv["was_unloaded"] == true); // else the scenario did not test a reload
+    if (unload) CHECK(o.drv["still_loaded"] == true); // -z nodelete: dlclose unmaps nothing
     CHECK(colls_of[hex(kSess1)] == 5);
     CHECK(colls_of[hex(kSess2)] == 7);
 }
@@ -2644,4 +2733,238 @@ TEST_CASE("18. a forked child exits with the parent's communicator alive", "[pro
     CHECK(want.size() == 27);
     CHECK(seqs == want);
     CHECK(o.trace_error == "");
+}
+
+// ---- scenarios 19-22: the shapes of real GPU runs ----------------------------------------
+
+/// One communicator with its proxy thread and user, whose works `tweak` shapes (the n-th work
+/// posted is tweak(w, n)), all-reducing one collective per group.
+struct Job {
+    Comm comm;
+    Proxy proxy;
+    User user;
+    json tasks = json::array();
+    int posted = 0;
+    std::function<void(Work &, int)> tweak;
+    Job(Child &c, Comm cm, std::function<void(Work &, int)> shape)
+        : comm(cm), proxy(c), user(c.p), tweak(std::move(shape))
+    {
+        init_or_fail(c, comm);
+        user.post = [this](Task &t) {
+            Work w = work_for(t);
+            w.log = true;
+            w.step_ns = 2000;
+            tweak(w, posted++);
+            proxy.post(std::move(w));
+        };
+    }
+    /// `n` groups of one all-reduce each, issued back to back; then waits for the launches.
+    void all_reduce(int n, size_t count)
+    {
+        for (int i = 0; i < n; ++i) {
+            user.group_start();
+            user.all_reduce(comm, count, 2);
+            for (const Task &t : user.group_end()) tasks.push_back(task_log(t));
+        }
+        user.wait_launch();
+    }
+};
+
+// Scenario 19: v7 (NCCL 2.31): user tags, kernel phases, a mask RAS changes.
+
+constexpr uint64_t kV7Hash = 0x7a7a000000000019ull;
+
+void body_v7(Child &c)
+{
+    load_or_fail(c, plugin_path(), 7);
+    bool kernel = true;
+    Job job(c, Comm{kV7Hash, 1, 2, 2, "v7"}, [&](Work &w, int) {
+        w.kernel = kernel;
+        w.phases = kernel;
+    });
+    c.out["mask_after_init"] = g_mask;
+    for (int i = 0; i < 4; ++i) {
+        job.user.user_tag = 1000 + static_cast<uint64_t>(i);
+        job.all_reduce(1, 65536);
+    }
+    job.proxy.wait_idle();
+    // RAS switches kernel-channel events off from its own thread (NCCL >= 2.31): collectives
+    // started from now on get none, and must not wait for them.
+    std::thread ras([] { __atomic_and_fetch(&g_mask, ~ncclProfileKernelCh, __ATOMIC_RELAXED); });
+    ras.join();
+    kernel = false;
+    job.user.user_tag = 0;
+    job.all_reduce(3, 65536);
+    job.proxy.finish();
+    std::this_thread::sleep_for(std::chrono::milliseconds(350)); // past the settle time
+    __atomic_or_fetch(&g_mask, ncclProfileKernelCh, __ATOMIC_RELAXED);
+    finalize_all(c, {&job.comm});
+}
+
+TEST_CASE("19. v7 (NCCL 2.31): user tags, kernel phases, a mask RAS changes after init", "[profiler-replay]")
+{
+    Outcome o = run_child("v7", {{"VIGIL_PROFILE_EVENTS", "all"}}, body_v7);
+    REQUIRE_CHILD_OK(o);
+    REQUIRE_FILES_OK(o);
+    INFO("scenario dir " << o.dir << "\ndriver " << o.drv.dump());
+    CHECK(o.drv["version"] == 7);
+    CHECK(o.process()["abi"] == "v7");
+    CHECK((o.drv["mask_after_init"].get<int>() & ncclProfileKernelPhase) != 0);
+    auto colls = o.of("coll");
+    REQUIRE(colls.size() == 7);
+    for (size_t i = 0; i < colls.size(); ++i) {
+        const json &r = colls[i];
+        INFO("coll " << raw(r));
+        CHECK(r["seq"] == i);
+        if (i < 4) {
+            CHECK(r["user_tag"] == 1000 + i);
+            CHECK(r["timing"] == "kernel_gpu");
+            CHECK(r["channels_timed"] == 2);
+        } else {
+            // Kernel channels off: timed by the network work, written without waiting.
+            CHECK_FALSE(r.contains("user_tag"));
+            CHECK(r["timing"] == "proxy_cpu");
+        }
+    }
+    const json st = o.stats();
+    REQUIRE_NO_DROPS(st);
+    CHECK(st["kernel_timeouts"] == 0);
+    CHECK(st["kernel_anomalies"] == 0);
+    CHECK(st["orphans"] == 0);
+    CHECK(st["events"] == o.drv["started"]);
+    // Three phases per channel of the first four collectives, named by NCCL, on their tracks.
+    size_t phases = 0;
+    for (const json &e : o.events("X"))
+        if (e["name"] == "initial_sync" || e["name"] == "compute" || e["name"] == "final_sync") ++phases;
+    CHECK(phases == 4 * 2 * 3);
+    CHECK_FALSE(o.tid_of("ch 0 kernel phases").is_null());
+}
+
+// ---- scenario 20: a kernel channel that never comes ------------------------------------
+
+void body_missing_channel(Child &c)
+{
+    load_or_fail(c, plugin_path(), 6);
+    Job job(c, Comm{0x0a155e0000000020ull, 0, 2, 2, nullptr}, [](Work &w, int n) {
+        if (n == 0) w.drop_channel = 1; // the first collective's channel 1 is lost
+    });
+    job.all_reduce(6, 4096);
+    job.proxy.wait_idle();
+    std::this_thread::sleep_for(std::chrono::milliseconds(600)); // past the kernel timeout
+    // One more: written in a regular pass, after the first one's timeout and before finalize.
+    job.all_reduce(1, 4096);
+    job.proxy.finish();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    finalize_all(c, {&job.comm});
+}
+
+TEST_CASE("20. a kernel channel that never comes neither stalls nor leaks", "[profiler-replay]")
+{
+    Outcome o = run_child("missing-channel", {{"VIGIL_PROFILE_KERNEL_TIMEOUT_MS", "300"}}, body_missing_channel);
+    REQUIRE_CHILD_OK(o);
+    REQUIRE_FILES_OK(o);
+    INFO("scenario dir " << o.dir << "\ndriver " << o.drv.dump());
+    // Written in completion order: the five whole ones at once (not held back by the first),
+    // then the first at its timeout, then the one issued after the timeout.
+    auto colls = o.of("coll");
+    REQUIRE(colls.size() == 7);
+    std::vector<int> order;
+    for (const json &r : colls) order.push_back(r["seq"].get<int>());
+    CHECK(order == std::vector<int>{1, 2, 3, 4, 5, 0, 6});
+    const json &first = colls[5];
+    CHECK(first["timing"] == "kernel_gpu");
+    CHECK(first["channels_timed"] == 1);
+    for (size_t i : {0u, 1u, 2u, 3u, 4u, 6u}) CHECK(colls[i]["channels_timed"] == 2);
+    const json st = o.stats();
+    CHECK(st["kernel_timeouts"] == 1);
+    CHECK(st["orphans"] == 0);
+}
+
+// ---- scenario 21: kernel stamps of another task (NVIDIA/nccl#2368) -----------------------
+
+void body_bad_stamps(Child &c)
+{
+    load_or_fail(c, plugin_path(), 6);
+    Job job(c, Comm{0xbad5000000000021ull, 0, 2, 2, nullptr}, [](Work &w, int n) {
+        w.bad_stamps = n == 2 ? 1 : n == 4 ? 2 : 0; // the 3rd ends before it begins, the 5th 3 s early
+    });
+    job.all_reduce(6, 4096);
+    job.proxy.finish();
+    finalize_all(c, {&job.comm});
+}
+
+TEST_CASE("21. kernel stamps of another task are detected, not printed", "[profiler-replay]")
+{
+    Outcome o = run_child("bad-stamps", {}, body_bad_stamps);
+    REQUIRE_CHILD_OK(o);
+    REQUIRE_FILES_OK(o);
+    INFO("scenario dir " << o.dir << "\ndriver " << o.drv.dump());
+    auto colls = o.of("coll");
+    REQUIRE(colls.size() == 6);
+    for (const json &r : colls) {
+        INFO("coll " << raw(r));
+        const bool bad = r["seq"] == 2 || r["seq"] == 4;
+        CHECK(r["timing"] == (bad ? "invalid" : "kernel_gpu"));
+        CHECK(r["duration_us"].is_null() == bad);
+        CHECK(r.contains("busbw_GBps") == !bad);
+        if (bad) CHECK(r["channels_invalid"] == 2);
+    }
+    CHECK(o.stats()["kernel_anomalies"] == 2);
+    size_t warned = 0;
+    for (const json &w : o.drv["warns"]) warned += w.get<std::string>().find("nccl#2368") != std::string::npos;
+    CHECK(warned == 1); // once per process
+}
+
+// ---- scenario 22: the shapes a real GPU gives ----------------------------------------------
+
+void body_gpu_shapes(Child &c)
+{
+    load_or_fail(c, plugin_path(), 5);
+    Job job(c, Comm{0x69b0000000000022ull, 0, 2, 2, nullptr}, [](Work &w, int n) {
+        if (n < 4) {
+            w.kernel_ns = 20'000'000; // four issued back to back: each runs 20 ms, in turn
+        } else {
+            // A small kernel that ran before the proxy saw it, and before NCCL stamped
+            // S(Coll): stamps 300 us in the past.
+            w.gpu_shift_ns = -300'000;
+        }
+    });
+    job.all_reduce(4, 16 << 20);
+    job.proxy.wait_idle();
+    job.all_reduce(1, 256);
+    job.proxy.finish();
+    c.out["tasks"] = job.tasks;
+    finalize_all(c, {&job.comm});
+}
+
+TEST_CASE("22. queued and eagerly launched collectives: durations are GPU time", "[profiler-replay]")
+{
+    Outcome o = run_child("gpu-shapes", {}, body_gpu_shapes);
+    REQUIRE_CHILD_OK(o);
+    REQUIRE_FILES_OK(o);
+    INFO("scenario dir " << o.dir << "\ndriver " << o.drv.dump());
+    auto colls = o.of("coll");
+    REQUIRE(colls.size() == 5);
+    const json &plog = o.drv["proxy_log"];
+    REQUIRE(plog.size() == 5);
+    double prev_queue = -1;
+    for (size_t i = 0; i < 4; ++i) {
+        const json &r = colls[i];
+        INFO("coll " << raw(r));
+        CHECK(r["seq"] == i);
+        check_kernel_duration(r, o.drv["tasks"][i], plog[i]);
+        // Each is its own channels' GPU time (checked above to the stamps): its 20 ms and its
+        // network steps, not the queue before it.
+        CHECK(r["duration_us"].get<double>() >= 20'000);
+        // ...but in its queueing time, which grows down the queue.
+        CHECK(r["queue_us"].get<double>() > prev_queue);
+        prev_queue = r["queue_us"].get<double>();
+    }
+    CHECK(prev_queue >= 40'000);
+    const json &small = colls[4];
+    INFO("small " << raw(small));
+    check_kernel_duration(small, o.drv["tasks"][4], plog[4]);
+    CHECK(small["duration_us"].get<double>() > 0);
+    CHECK(small["queue_us"].get<double>() >= 0);
+    CHECK(o.stats()["kernel_anomalies"] == 0);
 }

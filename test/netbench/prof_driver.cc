@@ -33,6 +33,10 @@ std::string ProfDriver::init(uint64_t comm_hash, int nranks, int rank)
     rank_ = rank;
     const ncclResult_t r = v6_ ? v6_->init(&ctx_, comm_hash, &mask_, "netbench", nranks, nranks, rank, bench_logger)
                                : v5_->init(&ctx_, comm_hash, &mask_, "netbench", nranks, nranks, rank, bench_logger);
+    // No GPU kernel here, so no kernel-channel events: NCCL's mask says so (as RAS could,
+    // NCCL >= 2.31), and the profiler times collectives by their network work instead of
+    // waiting for channels that never come.
+    mask_ &= ~ncclProfileKernelCh;
     return r == ncclSuccess ? std::string() : "profiler init returned " + std::to_string(r);
 }
 

@@ -545,7 +545,11 @@ TEST_CASE("recorder: each thread gets its own pool; threads beyond the pools are
 // ---------------------------------------------------------------------------------------
 
 namespace {
-constexpr uint32_t kGroupCollP2p = vp::bit(Kind::kGroup) | vp::bit(Kind::kColl) | vp::bit(Kind::kP2p);
+// Always recorded: groups, collectives and p2p tasks, and the user's calls of both (their
+// enqueue times).
+constexpr uint32_t kGroupCollP2p = vp::bit(Kind::kGroup) | vp::bit(Kind::kColl) | vp::bit(Kind::kP2p) |
+                                   vp::bit(Kind::kCollApi) | vp::bit(Kind::kP2pApi);
+constexpr uint32_t kAllKinds = 0xfffu | vp::bit(Kind::kKernelPhase); // 0-11 and 15
 constexpr uint32_t kApi =
     vp::bit(Kind::kGroupApi) | vp::bit(Kind::kCollApi) | vp::bit(Kind::kP2pApi) | vp::bit(Kind::kKernelLaunch);
 
@@ -585,8 +589,12 @@ TEST_CASE("parse_events: names, dependencies, numbers and bad lists", "[profiler
     CHECK(s.recorded == (kGroupCollP2p | vp::bit(Kind::kKernelCh)));
 
     s = parse_ok("all");
-    CHECK(s.traced == 0xfffu);
-    CHECK(s.recorded == 0xfffu);
+    CHECK(s.traced == kAllKinds);
+    CHECK(s.recorded == kAllKinds);
+
+    s = parse_ok("kernel-phase"); // v7: brings its kernel channels
+    CHECK(s.traced == vp::bit(Kind::kKernelPhase));
+    CHECK(s.recorded == (kGroupCollP2p | vp::bit(Kind::kKernelCh) | vp::bit(Kind::kKernelPhase)));
 
     s = parse_ok("api");
     CHECK(s.traced == kApi);
@@ -595,6 +603,9 @@ TEST_CASE("parse_events: names, dependencies, numbers and bad lists", "[profiler
     s = parse_ok("4095");
     CHECK(s.traced == 0xfffu);
     CHECK(s.recorded == 0xfffu);
+
+    s = parse_ok("65535"); // every bit of v7: the copy-engine ones (12-14) are never recorded
+    CHECK(s.traced == kAllKinds);
 
     s = parse_ok("6");
     CHECK(s.traced == (vp::bit(Kind::kColl) | vp::bit(Kind::kP2p)));
@@ -612,7 +623,7 @@ TEST_CASE("parse_events: names, dependencies, numbers and bad lists", "[profiler
     CHECK(s.traced == (vp::bit(Kind::kColl) | vp::bit(Kind::kProxyOp)));
 
     s = parse_ok("coll,all");
-    CHECK(s.traced == 0xfffu);
+    CHECK(s.traced == kAllKinds);
 
     // Bad lists: false, with a reason naming the culprit.
     vp::Selection keep;
@@ -621,10 +632,10 @@ TEST_CASE("parse_events: names, dependencies, numbers and bad lists", "[profiler
     CHECK_THAT(why, Catch::Contains("'bogus'"));
 
     why.clear();
-    CHECK_FALSE(vp::parse_events("70000", &keep, &why)); // bits beyond NCCL's 15 event types
+    CHECK_FALSE(vp::parse_events("70000", &keep, &why)); // bits beyond NCCL's 16 event types
     CHECK_THAT(why, Catch::Contains("70000"));
     why.clear();
-    CHECK_FALSE(vp::parse_events("32768", &keep, &why)); // bit 15: the first one beyond
+    CHECK_FALSE(vp::parse_events("65536", &keep, &why)); // bit 16: the first one beyond
     CHECK_FALSE(why.empty());
     why.clear();
     CHECK_FALSE(vp::parse_events("coll,,nett", &keep, &why));
