@@ -30,8 +30,12 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
+
 #include "loader.h"
+#include "prof_driver.h"
 #include "rendezvous.h"
+#include "tuner_driver.h"
 
 namespace {
 
@@ -434,6 +438,45 @@ TEST_CASE("dlopen, traffic, dlclose and dlopen again, three times per ncclNet ve
             // Long enough for every thread of the plugin to wake (probes every 100 ms).
             std::this_thread::sleep_for(std::chrono::milliseconds(300));
         }
+    }
+}
+
+TEST_CASE("the tuner and the profiler libraries survive dlclose and dlopen, three times", "[peer][unload]")
+{
+    // NCCL unloads them too (2.30 the profiler at its last finalize, 2.28 the tuner with the
+    // net plugin); their threads (the tuner's publisher, the profiler's writer) must not
+    // outlive the mapping.
+    const char *tuner = std::getenv("PEER_TUNER");
+    const char *prof = std::getenv("PEER_PROFILER");
+    REQUIRE(tuner != nullptr);
+    REQUIRE(prof != nullptr);
+    // One process is one rank here: no store, or the tuner would wait for the other rank's
+    // health record before its first decision (safety over liveness, docs/tuner.md).
+    setenv("VIGIL_TUNER_STORE", "none", 1);
+    for (int cycle = 0; cycle < 3; ++cycle) {
+        INFO("cycle " << cycle);
+        {
+            vigil::bench::TunerDriver t;
+            REQUIRE(t.load(tuner, nullptr).empty());
+            REQUIRE(t.init(0x7475000000ull + static_cast<uint64_t>(cycle), 2, 1).empty());
+            for (int i = 0; i < 300; ++i) (void)t.collective(4 /* AllReduce */, 1 << 20, 2);
+            t.finalize(); // and dlclose
+        }
+        void *lib = dlopen(prof, RTLD_NOW | RTLD_LOCAL);
+        REQUIRE(lib != nullptr);
+        {
+            vigil::bench::ProfDriver p;
+            REQUIRE(p.load(lib, prof).empty());
+            REQUIRE(p.init(0x7072000000ull + static_cast<uint64_t>(cycle), 2, 0).empty());
+            for (uint64_t s = 0; s < 50; ++s) {
+                void *coll = p.coll(s, "AllReduce", 1024, "ncclFloat32", 1);
+                void *op = p.op_start(coll, 0, 1, 1, 4096, true);
+                p.stop(op);
+            }
+            p.finalize();
+        }
+        dlclose(lib);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200)); // any stray thread runs now
     }
 }
 
