@@ -44,19 +44,23 @@ bool plausible(const ChannelTimes &c, uint64_t enqueue_ns)
     if (c.gpu_start == 0 || c.gpu_stop <= c.gpu_start) return false;
     const uint64_t gpu = c.gpu_stop - c.gpu_start;
     const uint64_t host = c.host_stop > enqueue_ns ? c.host_stop - enqueue_ns : 0;
-    return gpu <= host + kTimingSlackNs;
+    return gpu <= host + kTimingSlackNs + static_cast<uint64_t>(kTimingSlackPerNs * static_cast<double>(host));
 }
 
 TimingResult host_fallback(const TimingInput &in)
 {
     TimingResult r;
+    uint64_t first = UINT64_MAX;
     for (const ChannelTimes &c : in.channels) {
         if (c.host_stop <= c.host_start) continue;
         r.duration_us = std::max(r.duration_us, static_cast<double>(c.host_stop - c.host_start) / kUs);
+        first = std::min(first, c.host_start);
         ++r.channels_timed;
     }
     if (r.channels_timed > 0) {
         r.source = TimingSource::kKernelCpu;
+        // The first channel start seen: an upper bound, like the GPU-timed one.
+        r.queue_us = first > in.enqueue_ns ? static_cast<double>(first - in.enqueue_ns) / kUs : 0;
     } else if (in.proxy_end_ns > in.enqueue_ns) {
         r.source = TimingSource::kProxyCpu;
         r.duration_us = static_cast<double>(in.proxy_end_ns - in.enqueue_ns) / kUs;

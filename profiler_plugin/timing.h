@@ -72,15 +72,20 @@ struct TimingResult {
     int channels_invalid = 0;  ///< channels whose stamps failed the checks below
 };
 
-/// Slack of the plausibility check, for the eager launch (NCCL stamps the Coll start after
-/// cuLaunchKernel, so a channel may begin a little before the host's enqueue time when no
-/// CollApi event is recorded) and for clock-rate differences.
+/// Slack of the plausibility checks: kTimingSlackNs for the eager launch (NCCL stamps the
+/// Coll start after cuLaunchKernel, so a channel may begin a little before the host's enqueue
+/// time when no CollApi event is recorded), plus kTimingSlackPerNs of the span checked for
+/// the GPU timer's and the host clock's rates (tens of ppm apart; a collective may wait
+/// minutes for a late rank).
 inline constexpr uint64_t kTimingSlackNs = 1'000'000;
+inline constexpr double kTimingSlackPerNs = 1e-4;
 
 /// Times one collective. A channel's GPU stamps are used when both are set, the stop is
 /// after the start, the channel did not run longer than the host knew the collective
 /// (GPU stop - start <= host_stop - enqueue + slack: an offset-free check), and, with the
 /// offset known, it did not start before the enqueue (start + offset >= enqueue - slack).
+/// Without GPU stamps, the host times of the channel events give a kKernelCpu duration and
+/// an upper bound of the queueing.
 /// Stamps failing a check belong to another task (NVIDIA/nccl#2368: NCCL's host-side work
 /// counter falls behind the GPU's, and every later channel reads another work's slot): the
 /// collective is then kInvalid, never given a wrong duration. Channels that pass feed

@@ -673,8 +673,11 @@ void complete(Writer &w, uint64_t now, bool all, int only = -1)
     std::sort(done.begin(), done.end(), [](const auto &a, const auto &b) { return a.first->rec.start_ns < b.first->rec.start_ns; });
     for (const auto &[a, late] : done) emit_agg(w, *a, late);
     for (uint64_t id : done_ids) w.pending.erase(id);
+    // A call is claimed when its collective is written, which may be a kernel timeout after
+    // the collective's last event: keep calls well past that.
+    const uint64_t keep_ns = 2 * w.cfg.kernel_timeout_ns + 4 * w.cfg.settle_ns;
     for (auto it = w.api_calls.begin(); it != w.api_calls.end();)
-        it = now - it->second.seen_ns > w.cfg.kernel_timeout_ns ? w.api_calls.erase(it) : std::next(it);
+        it = now - it->second.seen_ns > keep_ns ? w.api_calls.erase(it) : std::next(it);
 }
 
 /// Drains the rings and completes collectives; `all` completes every pending one (of

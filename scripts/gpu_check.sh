@@ -103,17 +103,24 @@ ranks() {
         pids+=($!)
     done
     # A rank that fails leaves the others waiting in a collective: end them 10 s later.
-    local alive=("${pids[@]}") done_pid st
+    # (Polled: `wait -n -p` would need bash 5.1.)
+    local alive=("${pids[@]}") still failed_at=0
     while ((${#alive[@]})); do
-        wait -n -p done_pid "${alive[@]}"
-        st=$?
-        local still=()
-        for p in "${alive[@]}"; do [[ $p == "$done_pid" ]] || still+=("$p"); done
+        still=()
+        for p in "${alive[@]}"; do
+            if kill -0 "$p" 2>/dev/null; then
+                still+=("$p")
+            elif ! wait "$p"; then
+                rc=1
+                ((failed_at)) || failed_at=$SECONDS
+            fi
+        done
         alive=("${still[@]}")
-        if ((st != 0)); then
-            rc=1
-            ((${#alive[@]})) && { sleep 10; kill -TERM "${alive[@]}" 2>/dev/null; }
+        if ((failed_at && SECONDS - failed_at >= 10 && ${#alive[@]})); then
+            kill -TERM "${alive[@]}" 2>/dev/null
+            failed_at=$((SECONDS + 1000000)) # once
         fi
+        ((${#alive[@]})) && sleep 0.2
     done
     ((rc == 0)) || say "$name: a rank failed (logs: $WORK/log/$name.rank*.log)"
     return $rc
@@ -182,8 +189,10 @@ lab_run() {
     return $rc
 }
 if phase_on lab; then
-    if [[ $EUID -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-        say "lab: skipped (needs root, ip and tc: scripts/gpu_kit.sh packs them)"
+    # The kit's ip and tc are the build host's: they need its glibc or a newer one.
+    if [[ $EUID -ne 0 ]] || ! ip -V >/dev/null 2>&1 || ! tc -V >/dev/null 2>&1; then
+        say "lab: skipped (needs root and working ip and tc; scripts/gpu_kit.sh packs them:" \
+            "$(ip -V 2>&1 | head -1))"
     else
         say "lab: a port failure and a degraded port, Vigil then NCCL Socket"
         # NCCL's bootstrap (and gloo's, in --cpu) on eth0

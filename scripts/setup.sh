@@ -32,7 +32,8 @@ fetch_old_glibc() {
     local tmp
     tmp=$(mktemp -d /tmp/vigil-glibc.XXXXXX) || return 1
     mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
-    echo "deb [trusted=yes] http://deb.debian.org/debian bullseye main" >"$tmp/sources.list"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main" \
+        >"$tmp/sources.list"
     local apt=(-q -o "Dir::Etc::sourcelist=$tmp/sources.list" -o Dir::Etc::sourceparts=-
                -o "Dir::State=$tmp" -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache"
                -o APT::Sandbox::User=root)

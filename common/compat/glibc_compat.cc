@@ -150,6 +150,18 @@ std::atomic<FindObjectFn> g_find_object{nullptr};
 std::atomic<bool> g_clockwait_resolved{false};
 std::atomic<bool> g_find_object_resolved{false};
 
+// At load, so the first exception's unwind does not call into the dynamic loader (which
+// takes its lock and, where the symbol is missing, leaves a dlerror() behind).
+[[gnu::constructor]] void resolve_at_load()
+{
+    g_find_object.store(resolve_new<FindObjectFn>("_dl_find_object", "GLIBC_2.35"), std::memory_order_relaxed);
+    g_find_object_resolved.store(true, std::memory_order_release);
+    g_clockwait.store(resolve_new<ClockwaitFn>("pthread_cond_clockwait", "GLIBC_2.30"),
+                      std::memory_order_relaxed);
+    g_clockwait_resolved.store(true, std::memory_order_release);
+    (void)dlerror();
+}
+
 int64_t ns_of(const timespec &t) noexcept
 {
     return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
@@ -218,24 +230,35 @@ extern "C" {
 }
 
 // std::condition_variable waits on steady_clock through this (glibc >= 2.30). Before that,
-// the deadline on `clock` becomes a realtime one and pthread_cond_timedwait waits on it; the
-// caller re-checks its own clock, so a wall-clock step costs at most an early or late wake.
+// the deadline on `clock` becomes a realtime one and pthread_cond_timedwait waits on it, for
+// at most kClockwaitSliceNs at a time: a wait cut short returns 0, a spurious wake-up its
+// caller already handles (it re-checks its predicate and its own clock), so neither a wall
+// clock stepped back nor a far deadline (time_point::max) costs more than one slice.
 int vigil_old_cond_timedwait(pthread_cond_t *, pthread_mutex_t *, const timespec *);
 __asm__(".symver vigil_old_cond_timedwait, pthread_cond_timedwait@GLIBC_2.3.2");
+constexpr int64_t kClockwaitSliceNs = 100'000'000;
 
 /// pthread_cond_clockwait for a glibc without it (exposed for the unit test).
 [[gnu::visibility("hidden")]] int vigil_clockwait_fallback(pthread_cond_t *cond,
                                                            pthread_mutex_t *mutex, clockid_t clock,
                                                            const timespec *abstime)
 {
-    if (clock == CLOCK_REALTIME) return vigil_old_cond_timedwait(cond, mutex, abstime);
+    if (abstime->tv_nsec < 0 || abstime->tv_nsec >= 1'000'000'000) return EINVAL;
     timespec now_clock{}, now_real{};
-    clock_gettime(clock, &now_clock);
+    if (clock_gettime(clock, &now_clock) != 0) return EINVAL;
     clock_gettime(CLOCK_REALTIME, &now_real);
-    int64_t left = ns_of(*abstime) - ns_of(now_clock);
-    int64_t when = ns_of(now_real) + (left > 0 ? left : 0);
-    timespec real_deadline{time_t(when / 1'000'000'000), long(when % 1'000'000'000)};
-    return vigil_old_cond_timedwait(cond, mutex, &real_deadline);
+    // Seconds first, so no product overflows whatever the deadline.
+    const int64_t left_s = int64_t(abstime->tv_sec) - int64_t(now_clock.tv_sec);
+    int64_t left = left_s > kClockwaitSliceNs / 1'000'000'000 + 1
+                       ? INT64_MAX
+                       : left_s * 1'000'000'000 + (abstime->tv_nsec - now_clock.tv_nsec);
+    if (left <= 0) return ETIMEDOUT;
+    const bool sliced = left > kClockwaitSliceNs;
+    if (sliced) left = kClockwaitSliceNs;
+    const int64_t when = ns_of(now_real) + left;
+    const timespec real_deadline{time_t(when / 1'000'000'000), long(when % 1'000'000'000)};
+    const int rc = vigil_old_cond_timedwait(cond, mutex, &real_deadline);
+    return rc == ETIMEDOUT && sliced ? 0 : rc;
 }
 
 [[gnu::visibility("hidden")]] int __wrap_pthread_cond_clockwait(pthread_cond_t *cond,

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -444,8 +445,8 @@ TEST_CASE("dlopen, traffic, dlclose and dlopen again, three times per ncclNet ve
 TEST_CASE("the tuner and the profiler libraries survive dlclose and dlopen, three times", "[peer][unload]")
 {
     // NCCL unloads them too (2.30 the profiler at its last finalize, 2.28 the tuner with the
-    // net plugin); their threads (the tuner's publisher, the profiler's writer) must not
-    // outlive the mapping.
+    // net plugin); their threads (the tuner's publisher, the profiler's writer) must end with
+    // their last finalize.
     const char *tuner = std::getenv("PEER_TUNER");
     const char *prof = std::getenv("PEER_PROFILER");
     REQUIRE(tuner != nullptr);
@@ -453,6 +454,14 @@ TEST_CASE("the tuner and the profiler libraries survive dlclose and dlopen, thre
     // One process is one rank here: no store, or the tuner would wait for the other rank's
     // health record before its first decision (safety over liveness, docs/tuner.md).
     setenv("VIGIL_TUNER_STORE", "none", 1);
+    // What must not outlive a finalize: the libraries are never unmapped (-z nodelete), so
+    // a thread left behind would not crash here; it is counted instead.
+    auto threads = [] {
+        size_t n = 0;
+        for (const auto &e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory();
+        return n;
+    };
+    const size_t before = threads();
     for (int cycle = 0; cycle < 3; ++cycle) {
         INFO("cycle " << cycle);
         {
@@ -476,8 +485,11 @@ TEST_CASE("the tuner and the profiler libraries survive dlclose and dlopen, thre
             p.finalize();
         }
         dlclose(lib);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200)); // any stray thread runs now
+        // Thread exits are asynchronous to join's return on some kernels: give them a moment.
+        for (int i = 0; i < 50 && threads() != before; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        CHECK(threads() == before);
     }
+    unsetenv("VIGIL_TUNER_STORE");
 }
 
 TEST_CASE("cross-rail connections: device i to device j != i, between two hosts", "[rails]")

@@ -8,12 +8,13 @@
 # old glibc lacks fails the load: "version `GLIBC_2.3x' not found".
 # scripts/setup.sh unpacks that glibc into OLD_GLIBC_ROOT (default below); without it, or
 # as non-root, exit 77.
-#   usage: old_glibc.sh NETBENCH_PORTABLE NET_SO TUNER_SO PROFILER_SO
+#   usage: old_glibc.sh NETBENCH_PORTABLE NET_SO TUNER_SO PROFILER_SO COMPAT_START
 set -euo pipefail
-BIN=${1:?usage: old_glibc.sh NETBENCH_PORTABLE NET_SO TUNER_SO PROFILER_SO}
+BIN=${1:?usage: old_glibc.sh NETBENCH_PORTABLE NET_SO TUNER_SO PROFILER_SO COMPAT_START}
 NET=${2:?}
 TUNER=${3:?}
 PROF=${4:?}
+START=${5:?}
 OLD=${OLD_GLIBC_ROOT:-/var/cache/vigil/glibc-2.31}/lib/x86_64-linux-gnu
 if [[ ! -x $OLD/ld-linux-x86-64.so.2 ]]; then
     echo "SKIP: no older glibc in $OLD (scripts/setup.sh fetches Debian 11's libc6 as root)" >&2
@@ -26,6 +27,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 version=$("$OLD/ld-linux-x86-64.so.2" --library-path "$OLD" "$OLD/libc.so.6" | head -1)
 echo "loader: $version"
 [[ $version == *"2.31"* ]] || fail "$OLD is not glibc 2.31"
+# A program linked like the portable driver runs its constructors once there too.
+"$OLD/ld-linux-x86-64.so.2" --library-path "$OLD" "$START" || fail "constructors: $("$OLD/ld-linux-x86-64.so.2" --library-path "$OLD" "$START")"
+"$START" >/dev/null || fail "constructors on this glibc: $("$START")"
 
 # ranks WHAT ARGS...: two ranks under the old loader; rank 0's JSON summary must say ok.
 ranks() {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -94,6 +95,16 @@ TEST_CASE("compat: pthread_cond_clockwait on CLOCK_MONOTONIC through pthread_con
     while (!flag && rc != ETIMEDOUT) rc = vigil_clockwait_fallback(&cv, &mu, CLOCK_MONOTONIC, &far);
     CHECK(flag);
     CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10));
+    // A deadline at the end of time (steady_clock::time_point::max() as libstdc++ passes it):
+    // one slice of waiting, then a spurious wake-up, never a spin or an error.
+    const timespec end_of_time{std::numeric_limits<time_t>::max(), 999'999'999};
+    const auto t2 = std::chrono::steady_clock::now();
+    CHECK(vigil_clockwait_fallback(&cv, &mu, CLOCK_MONOTONIC, &end_of_time) == 0);
+    const auto slice = std::chrono::steady_clock::now() - t2;
+    CHECK(slice >= std::chrono::milliseconds(90));
+    CHECK(slice < std::chrono::seconds(5));
+    const timespec bad{0, 1'000'000'000};
+    CHECK(vigil_clockwait_fallback(&cv, &mu, CLOCK_MONOTONIC, &bad) == EINVAL);
     pthread_mutex_unlock(&mu);
     t.join();
 }
