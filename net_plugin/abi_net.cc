@@ -2,7 +2,8 @@
 // extern "C" ncclNet_v8 ... ncclNet_v12 tables. Each entry point only translates types and
 // guards: no exception crosses into NCCL, every -errno becomes an ncclResult_t through the one
 // table in abi_guard.h, and *request / *comm outputs are always written. Logic lives in
-// plugin.cc. Loader facts: reference nccl-plugin-abi.md sections 1.1-1.7.
+// plugin.cc. Loader facts: docs/nccl-abi.md, "Net plugin: loader and calls" and
+// "Net plugin semantics NCCL relies on".
 #include <climits>
 #include <cstdlib>
 
@@ -92,7 +93,7 @@ ncclResult_t listen_ctx(void * /*ctx*/, int dev, void *handle, void **listen_com
 }
 
 // sendDevComm/recvDevComm may be NULL (GDR self-test) or point at NULL; a host plugin leaves
-// them alone (reference 1.7).
+// them alone (docs/nccl-abi.md, "Net plugin semantics NCCL relies on").
 ncclResult_t connect_noctx(int dev, void *handle, void **send_comm, ncclNetDeviceHandle_t **)
 {
     return GUARD("connect", net::connect(dev, handle, send_comm, NCCL_NET_TRAFFIC_CLASS_UNDEF));
@@ -148,7 +149,9 @@ ncclResult_t isend_v10(void *send_comm, void *data, size_t size, int tag, void *
 ncclResult_t irecv_v9(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                       void **mhandles, void **request)
 {
-    *request = nullptr; // overwrites NCCL's (void*)0x1 pre-load (reference 1.7)
+    // Overwrites NCCL's (void*)0x1 pre-load
+    // (docs/nccl-abi.md, "Net plugin semantics NCCL relies on").
+    *request = nullptr;
     return GUARD("irecv", net::irecv(recv_comm, n, data, sizes, tags, mhandles, request));
 }
 
@@ -222,7 +225,8 @@ ncclResult_t init_ctx(void **ctx, uint64_t comm_id, Config *config, ncclDebugLog
         *ctx = nullptr;
         net::set_profiler_callback(prof);
         int rc = 0;
-        // NCCL passes a stack variable: copy what we need, keep no pointer (reference 1.3).
+        // NCCL passes a stack variable: copy what we need, keep no pointer
+        // (docs/nccl-abi.md, "Net plugin: loader and calls").
         int tc = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
         *ctx = net::make_context(comm_id, tc, logger, V, &rc);
         return result("init", rc);
@@ -259,7 +263,8 @@ ncclResult_t props_v12(int dev, ncclNetProperties_v12_t *p)
     });
 }
 
-// v11 and v12 share every entry point but init and getProperties (reference 1.5).
+// v11 and v12 share every entry point but init and getProperties (docs/nccl-abi.md,
+// "Net plugin: loader and calls").
 template <class Net, class Init, class Props> constexpr Net ctx_table(Init init, Props props)
 {
     Net n{};
@@ -284,7 +289,7 @@ template <class Net, class Init, class Props> constexpr Net ctx_table(Init init,
     n.irecvConsumed = nullptr; // ditto
     n.makeVDevice = nullptr;   // physical devices only: each port fails over on its own
     n.finalize = finalize;
-    n.setNetAttr = nullptr;    // NCCL checks for NULL (reference 1.5)
+    n.setNetAttr = nullptr;    // NCCL checks for NULL (v2.28.9-1:src/transport/net.cc:212-218)
     return n;
 }
 

@@ -33,12 +33,14 @@ namespace vigil::net {
 // ---- Limits ------------------------------------------------------------------------------
 
 /// Most receive buffers one irecv may group (the maxRecvs NCCL may be told; NCCL's IB
-/// transport reports 8, reference nccl-plugin-abi.md 1.8).
+/// transport reports 8: docs/nccl-abi.md, "NCCL's IB transport").
 inline constexpr int kMaxRecvs = 8;
-/// Outstanding requests per comm object (NCCL_NET_MAX_REQUESTS, reference 1.4).
+/// Outstanding requests per comm object (NCCL_NET_MAX_REQUESTS,
+/// v2.28.9-1:src/include/plugin/nccl_net.h:33).
 inline constexpr int kMaxRequests = 32;
-/// Messages in flight per connection: NCCL_NET_MAX_REQUESTS x maxRecvs sends (reference 1.7,
-/// multi-recv). Also the size of the receiver's sequence window.
+/// Messages in flight per connection: NCCL_NET_MAX_REQUESTS x maxRecvs sends
+/// (docs/nccl-abi.md, "Net plugin semantics NCCL relies on", grouped receives). Also the size
+/// of the receiver's sequence window.
 inline constexpr int kMaxInflight = kMaxRequests * kMaxRecvs;
 /// Largest message: test() reports sizes as int.
 inline constexpr uint64_t kMaxMessageBytes = 0x7fffffff;
@@ -391,7 +393,8 @@ public:
 // ---- The provider ------------------------------------------------------------------------
 
 /// What NCCL's getProperties reports for one device, decided by the fabric from the hardware
-/// (reference nccl-plugin-abi.md 1.5-1.8). Plain value.
+/// (docs/nccl-abi.md, "Net plugin semantics NCCL relies on" and "NCCL's IB transport").
+/// Plain value.
 struct DeviceProps {
     std::string name;      ///< unique per host ("eth0", "mlx5_0:1"): NCCL keys topology by it
     std::string pci_path;  ///< sysfs PCI path, or empty for virtual devices (NCCL then assumes CPU 0)
@@ -427,8 +430,9 @@ struct SendPaths {
 /// NCCL's iflush on one device: makes what an RDMA fabric wrote into GPU memory visible to
 /// the GPU before NCCL hands it over, by an RDMA READ of the received buffer through a QP
 /// connected to itself on the device the writes came through; the READ's completion is
-/// ordered after those writes on the PCIe path (NCCL's IB transport does the same, reference
-/// nccl-plugin-abi.md 4.1). Owned by a RecvComm; used under its lock; never blocks.
+/// ordered after those writes on the PCIe path (NCCL's IB transport does the same:
+/// docs/nccl-abi.md, "NCCL's IB transport"). Owned by a RecvComm; used under its lock; never
+/// blocks.
 class Flusher
 {
 public:

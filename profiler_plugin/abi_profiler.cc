@@ -182,7 +182,8 @@ ncclResult_t start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t
                                             kind == Kind::kProxyOp ? d->proxyOp.pid : 0);
         if (r == nullptr) return ncclSuccess;
         fill_task(r, *d);
-        // The 2.28+ v4 shim never copies p2p.nChannels (reference section 3.6): untrusted.
+        // The 2.28+ v4 shim never copies p2p.nChannels
+        // (docs/nccl-abi.md, "Profiler versions and shims"): untrusted.
         if (kind == Kind::kP2p) r->p2p.channels = 0;
         return ncclSuccess;
     });

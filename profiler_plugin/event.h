@@ -7,8 +7,9 @@
 
 namespace vigil::prof {
 
-/// Event kinds. Values are NCCL's ncclProfile* bit positions (nccl_profiler.h; shared
-/// reference nccl-plugin-abi.md section 3.3), so `1u << kind` is the activation-mask bit.
+/// Event kinds. Values are NCCL's ncclProfile* bit positions (nccl_profiler.h;
+/// docs/nccl-abi.md, "Profiler events and their timing"), so `1u << kind` is the
+/// activation-mask bit.
 enum class Kind : uint8_t {
     kGroup = 0,
     kColl = 1,

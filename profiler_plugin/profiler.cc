@@ -150,8 +150,8 @@ bool parse_events(const std::string &text, Selection *out, std::string *why)
     // The user's call (CollApi/P2pApi start, v5+) is a collective's enqueue time, the start
     // of its queueing (docs/profiler.md, "Timing"): one more event per collective.
     rec |= bit(Kind::kCollApi) | bit(Kind::kP2pApi);
-    // NCCL 2.27 (v4 native) starts no Coll/P2p when the Group handle is NULL (shared reference
-    // section 3.7), so groups get real handles too.
+    // NCCL 2.27 (v4 native) starts no Coll/P2p when the Group handle is NULL
+    // (docs/nccl-abi.md, "Profiler calls and handles"), so groups get real handles too.
     rec |= bit(Kind::kGroup);
     out->traced = mask;
     out->recorded = rec;
@@ -242,8 +242,9 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
             g_recorded.store(0, std::memory_order_release);
         }
     }
-    // The mask is one process-wide int shared by every communicator (reference section 3.1):
-    // every init writes the same value, so the last writer cannot disagree.
+    // The mask is one process-wide int shared by every communicator (docs/nccl-abi.md,
+    // "Profiler versions and shims"): every init writes the same value, so the last writer
+    // cannot disagree.
     *mask = static_cast<int>(g_recorded.load(std::memory_order_relaxed));
     if (g_broken) return ncclSuccess;
     g_nccl_mask.store(mask, std::memory_order_release);
@@ -302,11 +303,13 @@ bool kernel_channels_due() noexcept
 
 Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int op_pid) noexcept
 {
-    *eHandle = nullptr; // always written: NCCL keeps whatever is there (reference section 3.7)
+    // Always written: NCCL keeps whatever is there
+    // (docs/nccl-abi.md, "Profiler calls and handles").
+    *eHandle = nullptr;
     if (!(g_recorded.load(std::memory_order_relaxed) & bit(kind))) return nullptr;
     const uint64_t ph = reinterpret_cast<uint64_t>(parent);
     // PXN: an op posted by another process; its context and parent are that process's
-    // pointers and are never touched (reference section 3.7).
+    // pointers and are never touched (docs/nccl-abi.md, "Profiler calls and handles").
     const bool foreign = kind == Kind::kProxyOp && op_pid != 0 && op_pid != g_pid;
     // A step's ProxyOp and a net event's step were opened by this same proxy thread: the
     // only parents whose records may be read (another thread's slot can be reused under the
@@ -336,7 +339,8 @@ Record *open_event(void *context, Kind kind, void *parent, void **eHandle, int o
     } else if (Recorder::is_ours(ph)) {
         // Another thread's event, never read: kept as a name. For a ProxyOp or KernelCh it is
         // the Coll/P2p, usually stopped already (it stops once enqueued, before its proxy ops
-        // and kernel channels start; reference section 3.7): the writer ties them by it.
+        // and kernel channels start; docs/nccl-abi.md, "Profiler calls and handles"): the
+        // writer ties them by it.
         r->parent = ph;
         if (kind == Kind::kProxyOp || kind == Kind::kKernelCh) r->root = ph;
     }
@@ -359,7 +363,8 @@ void record_state(void *eHandle, int state, uint64_t arg, bool has_arg) noexcept
         const int k = r->nstates < kMaxStates ? r->nstates++ : kMaxStates - 1;
         r->step.state[k] = static_cast<uint8_t>(state);
         r->step.at_ns[k] = dt;
-        // transSize is meaningful at SendWait (9) and RecvFlushWait (11) only (reference 3.7).
+        // transSize is meaningful at SendWait (9) and RecvFlushWait (11) only
+        // (docs/nccl-abi.md, "Profiler calls and handles").
         if (has_arg && (state == 9 || state == 11)) r->step.trans_size = arg;
         break;
     }

@@ -6,8 +6,8 @@
 // reads the VIGIL_PROFILE_* parameters, configures the recorder and starts the writer; the
 // last finalize drains and stops it (NCCL 2.30.7 dlcloses the library after that, so no
 // thread may outlive it). Event calls for one context arrive concurrently from the user
-// thread, NCCL's launch thread and the proxy progress thread (shared reference
-// nccl-plugin-abi.md section 3.7); every entry point here is safe for that.
+// thread, NCCL's launch thread and the proxy progress thread
+// (docs/nccl-abi.md, "Profiler calls and handles"); every entry point here is safe for that.
 #pragma once
 
 #include <atomic>

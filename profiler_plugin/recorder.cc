@@ -136,9 +136,9 @@ Record *Recorder::open(Kind kind, uint64_t now, uint64_t *handle) noexcept
         return nullptr;
     }
     // A free slot first (the next one, nearly always). Only when every slot is open is a stale
-    // proxy step reclaimed: NCCL restarts a step without stopping the first start (reference
-    // section 3.7), and only steps leak that way; any other event may legitimately stay open
-    // for as long as a rank is late.
+    // proxy step reclaimed: NCCL restarts a step without stopping the first start
+    // (docs/nccl-abi.md, "Profiler calls and handles"), and only steps leak that way; any other
+    // event may legitimately stay open for as long as a rank is late.
     uint32_t i = 0, g = 0;
     bool found = false;
     for (uint32_t n = 0; n <= p->slot_mask && !found; ++n) {

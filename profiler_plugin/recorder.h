@@ -16,7 +16,7 @@
 // Exhaustion is counted, never silent: `dropped_pool` (no free slot), `dropped_ring` (the
 // writer fell behind), `dropped_threads` (more threads than pools), `leaked` (with every slot
 // open, a proxy step older than the stale age was reclaimed: NCCL restarts proxy steps
-// without stopping them, shared reference nccl-plugin-abi.md section 3.7).
+// without stopping them, docs/nccl-abi.md, "Profiler calls and handles").
 //
 // Memory: threads x (pool x 120 + ring x 112) bytes, reserved with mmap(MAP_NORESERVE) and
 // resident only once touched. Defaults 64 x (4096 x 120 + 16384 x 112) = 142 MiB virtual;

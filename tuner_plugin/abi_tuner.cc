@@ -3,8 +3,8 @@
 // core's (tuner.h) and guard every entry point. Nothing else lives here.
 //
 // Why v3..v7: v3 is the first cost-table version (NCCL 2.22), v4 native in 2.24-2.27, v5 in
-// 2.28-2.29, v6 in 2.30, v7 in 2.32 (shared reference nccl-plugin-abi.md sections 0, 2 and
-// 8). v2 (out-parameters instead of the cost table) cannot honour NCCL_ALGO/NCCL_PROTO
+// 2.28-2.29, v6 in 2.30, v7 in 2.32 (docs/nccl-abi.md, "Which NCCL loads which table" and
+// "Tuner"). v2 (out-parameters instead of the cost table) cannot honour NCCL_ALGO/NCCL_PROTO
 // exclusions, so it is declared (common/nccl_abi/tuner_v2.h) but not exported.
 // getCollInfo and getChunkSize never return an error: NCCL would fail the user's collective
 // (enqueue.cc wraps both in NCCLCHECK).
@@ -28,7 +28,7 @@ using vigil::tuner::Tuner;
 
 static_assert(sizeof(ncclTuner_v4_t) == 32 && sizeof(ncclTuner_v5_t) == 32 && sizeof(ncclTuner_v6_t) == 40 &&
                   sizeof(ncclTuner_v7_t) == 40,
-              "tuner struct layouts (reference section 2.5)");
+              "tuner struct layouts (docs/nccl-abi.md, Tuner)");
 static_assert(sizeof(ncclTunerConstants_v5_t) == 1152, "v5 constants layout");
 static_assert(sizeof(ncclTunerConstants_v7_t) == 1272, "v7 constants layout");
 static_assert(offsetof(ncclTunerConstants_v7_t, hwLatencies) == offsetof(ncclTunerConstants_v5_t, hwLatencies),

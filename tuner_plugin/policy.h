@@ -16,7 +16,7 @@ inline constexpr int kNumAlgos = 7;  ///< NCCL_NUM_ALGORITHMS (tuner v3..v7)
 inline constexpr int kNumProtos = 3; ///< NCCL_NUM_PROTOCOLS
 
 /// NCCL's cost table as handed to getCollInfo: a flat float[numAlgo][numProto] (row =
-/// algorithm) passed cast to float** (shared reference nccl-plugin-abi.md section 2.3).
+/// algorithm) passed cast to float** (docs/nccl-abi.md, "Tuner").
 /// Entries < 0 are unusable (NCCL_ALGO_PROTO_IGNORE = -1.0); the others are predicted times
 /// in microseconds. Not owned.
 struct CostTable {

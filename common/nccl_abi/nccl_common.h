@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declarations of NCCL's shared plugin types (result codes, logger, profiler
  * callback). Values from NCCL 2.28.9 src/include/nccl_common.h:17-56 and nccl.h; see
- * shared reference nccl-plugin-abi.md section 1.4. C-compatible. */
+ * docs/nccl-abi.md, "Net plugin: loader and calls". C-compatible. */
 #ifndef VIGIL_NCCL_ABI_NCCL_COMMON_H
 #define VIGIL_NCCL_ABI_NCCL_COMMON_H
 

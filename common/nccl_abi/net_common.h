@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Constants and device-handle types shared by every ncclNet_vN version.
  * Values from NCCL 2.28.9 src/include/plugin/nccl_net.h and nccl_device/net_device.h
- * (reference nccl-plugin-abi.md section 1.4). C-compatible. */
+ * (docs/nccl-abi.md, "Net plugin: loader and calls"). C-compatible. */
 #ifndef VIGIL_NCCL_ABI_NET_COMMON_H
 #define VIGIL_NCCL_ABI_NET_COMMON_H
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ncclNet_v10 (newest in NCCL 2.26-2.27). Layout from NCCL 2.28.9
- * src/include/plugin/net/net_v10.h:21-98 (reference section 1.6): v9 plus the profiler
- * callback in init, a per-connect config and phandles on isend/irecv. */
+ * src/include/plugin/net/net_v10.h:21-98 (docs/nccl-abi.md, "Net plugin: loader and calls"):
+ * v9 plus the profiler callback in init, a per-connect config and phandles on isend/irecv. */
 #ifndef VIGIL_NCCL_ABI_NET_V10_H
 #define VIGIL_NCCL_ABI_NET_V10_H
 

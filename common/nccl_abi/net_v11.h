@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ncclNet_v11 (newest in NCCL 2.28-2.29, used directly by 2.28.9). Layout from NCCL 2.28.9
- * src/include/plugin/net/net_v11.h:8-127 (reference section 1.5): per-communicator init
- * with a context, finalize and setNetAttr. */
+ * src/include/plugin/net/net_v11.h:8-127 (docs/nccl-abi.md, "Net plugin: loader and calls"):
+ * per-communicator init with a context, finalize and setNetAttr. */
 #ifndef VIGIL_NCCL_ABI_NET_V11_H
 #define VIGIL_NCCL_ABI_NET_V11_H
 

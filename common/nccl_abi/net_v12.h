@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ncclNet_v12 (NCCL 2.30, used directly there). Layout from NCCL 2.30.7
- * src/include/plugin/net/net_v12.h:11-139 (reference section 1.5): the v11 function list,
- * 8 devices per vNIC, and railId/planeId appended to the properties. */
+ * src/include/plugin/net/net_v12.h:11-139 (docs/nccl-abi.md,
+ * "Net plugin: loader and calls"): the v11 function list, 8 devices per vNIC, and
+ * railId/planeId appended to the properties. */
 #ifndef VIGIL_NCCL_ABI_NET_V12_H
 #define VIGIL_NCCL_ABI_NET_V12_H
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ncclNet_v8 (newest in NCCL 2.20-2.23; accepted through 2.30). Layout from NCCL 2.28.9
- * src/include/plugin/net/net_v8.h:10-79 (reference section 1.6). Note the int sizes. */
+ * src/include/plugin/net/net_v8.h:10-79 (docs/nccl-abi.md, "Net plugin: loader and calls").
+ * Note the int sizes. */
 #ifndef VIGIL_NCCL_ABI_NET_V8_H
 #define VIGIL_NCCL_ABI_NET_V8_H
 

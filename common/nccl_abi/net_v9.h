@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ncclNet_v9 (newest in NCCL 2.24-2.25). Layout from NCCL 2.28.9
- * src/include/plugin/net/net_v9.h:10-92 (reference section 1.6). */
+ * src/include/plugin/net/net_v9.h:10-92 (docs/nccl-abi.md, "Net plugin: loader and calls"). */
 #ifndef VIGIL_NCCL_ABI_NET_V9_H
 #define VIGIL_NCCL_ABI_NET_V9_H
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own net-plugin profiler event descriptor (ncclProfileNetPlugin "extData"), shared
  * by the net plugin (producer) and a profiler that understands it. NCCL passes it through
- * untouched (reference nccl-plugin-abi.md section 3.5): netPlugin.id = pluginId,
- * netPlugin.data = a pointer to this struct. pluginId: low 16 bits the descriptor version,
- * next 16 bits the plugin type (NCCL's IB = 1 << 16, Socket = 2 << 16; ours below).
+ * untouched (docs/nccl-abi.md, "Net plugin events in the profiler"): netPlugin.id =
+ * pluginId, netPlugin.data = a pointer to this struct. pluginId: low 16 bits the descriptor
+ * version, next 16 bits the plugin type (NCCL's IB = 1 << 16, Socket = 2 << 16; ours below).
  * C-compatible; fixed layout (64 bytes). */
 #ifndef VIGIL_NCCL_ABI_PROFILER_NET_VIGIL_H
 #define VIGIL_NCCL_ABI_PROFILER_NET_VIGIL_H

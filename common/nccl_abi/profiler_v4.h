@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's profiler v4 plugin struct (native in NCCL 2.27; through
  * a shim in 2.28.9 and 2.30.7). Layout from NCCL v2.28.9-1
- * src/include/plugin/profiler/profiler_v4.h:10-121 (byte-identical in v2.27.7-1); see shared
- * reference nccl-plugin-abi.md section 3.6. Descriptor: 104 bytes, union at offset 24.
+ * src/include/plugin/profiler/profiler_v4.h:10-121 (byte-identical in v2.27.7-1); see
+ * docs/nccl-abi.md, "Profiler versions and shims". Descriptor: 104 bytes, union at offset 24.
  * In v4 the parent of a Coll or P2p event is the Group event; there are no API events.
  * C-compatible. */
 #ifndef VIGIL_NCCL_ABI_PROFILER_V4_H

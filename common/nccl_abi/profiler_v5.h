@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's profiler v5 plugin struct (native in NCCL 2.28; through
  * a shim in 2.29.7/2.30.7). Layout from NCCL v2.28.9-1
- * src/include/plugin/profiler/profiler_v5.h:10-149; see shared reference
- * nccl-plugin-abi.md sections 3.2-3.4. Descriptor: 112 bytes, union at offset 24.
+ * src/include/plugin/profiler/profiler_v5.h:10-149; see docs/nccl-abi.md,
+ * "Profiler versions and shims". Descriptor: 112 bytes, union at offset 24.
  * v5 adds the API events (GroupApi, CollApi, P2pApi, KernelLaunch); the parent of Coll/P2p
  * is the CollApi/P2pApi event and the Group moved to `parentGroup`. C-compatible. */
 #ifndef VIGIL_NCCL_ABI_PROFILER_V5_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's profiler v6 plugin struct (NCCL 2.29.7, 2.30.7; no
  * shim). Layout from NCCL v2.30.7-1 src/include/plugin/profiler/profiler_v6.h:14-147; see
- * shared reference nccl-plugin-abi.md section 3.6. Descriptor: 112 bytes, union at 24; the
+ * docs/nccl-abi.md, "Profiler versions and shims". Descriptor: 112 bytes, union at 24; the
  * v5 members are unchanged, the copy-engine (CE) members are appended, so a v6 descriptor is
  * byte-compatible with v5 for every v5 event type. State args are v5's. C-compatible. */
 #ifndef VIGIL_NCCL_ABI_PROFILER_V6_H

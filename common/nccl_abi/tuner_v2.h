@@ -2,7 +2,7 @@
 /* Vigil's own declaration of NCCL's tuner v2 plugin struct and the ids every tuner version
  * shares (collective types, algorithms, protocols). Values from NCCL v2.28.9-1
  * src/include/plugin/tuner/tuner_v2.h and src/include/plugin/nccl_tuner.h:25-57,
- * nccl_common.h:58-72; see shared reference nccl-plugin-abi.md sections 2.1-2.2.
+ * nccl_common.h:58-72; see docs/nccl-abi.md, "Tuner".
  * v2 (NCCL 2.21-2.30 through shims) returns its choice in out-parameters instead of editing
  * the cost table; Vigil declares it for completeness and does not export it. C-compatible. */
 #ifndef VIGIL_NCCL_ABI_TUNER_V2_H

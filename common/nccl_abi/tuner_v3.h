@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's tuner v3 plugin struct (native in NCCL 2.22-2.23, shimmed
- * by 2.24-2.32). From NCCL v2.28.9-1 src/include/plugin/tuner/tuner_v3.h; shared reference
- * nccl-plugin-abi.md section 2.2. The first cost-table version: collCostTable is a flat
- * float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS] passed cast to float** (section 2.3).
+ * by 2.24-2.32). From NCCL v2.28.9-1 src/include/plugin/tuner/tuner_v3.h; see
+ * docs/nccl-abi.md, "Tuner". The first cost-table version: collCostTable is a flat
+ * float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS] passed cast to float**
+ * (v2.28.9-1:src/enqueue.cc:1933-1945).
  * No commId: Vigil applies rules but no health steering under v3. C-compatible. */
 #ifndef VIGIL_NCCL_ABI_TUNER_V3_H
 #define VIGIL_NCCL_ABI_TUNER_V3_H

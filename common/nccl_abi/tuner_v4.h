@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's tuner v4 plugin struct (native in NCCL 2.24-2.27,
  * shimmed by 2.28-2.32). From NCCL v2.28.9-1 src/include/plugin/tuner/tuner_v4.h:53;
- * shared reference nccl-plugin-abi.md section 2.5. v3 plus `regBuff` (1 when this rank's
+ * docs/nccl-abi.md, "Tuner". v3 plus `regBuff` (1 when this rank's
  * buffers are registered: rank-local, may differ between ranks). 32 bytes on x86-64.
  * C-compatible. */
 #ifndef VIGIL_NCCL_ABI_TUNER_V4_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's tuner v5 plugin struct (native in NCCL 2.28-2.29,
  * shimmed by 2.30-2.32). From NCCL v2.28.9-1 src/include/plugin/tuner/tuner_v5.h:12-85;
- * shared reference nccl-plugin-abi.md section 2.2. init gains the communicator id, NVL
+ * docs/nccl-abi.md, "Tuner". init gains the communicator id, NVL
  * domain info and the in/out tuning constants (NCCL runs its model after init, so edits
  * change its own estimates). The fourth slot is `finalize`. 32 bytes; constants 1152 bytes.
  * C-compatible. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's tuner v6 plugin struct (NCCL 2.30, used as is; shimmed
- * by 2.32). From NCCL v2.30.7-1 src/include/plugin/tuner/tuner_v6.h:15-81; shared reference
- * nccl-plugin-abi.md section 2.5. v5 plus a fifth slot getChunkSize (NULL: NCCL's value).
+ * by 2.32). From NCCL v2.30.7-1 src/include/plugin/tuner/tuner_v6.h:15-81; see
+ * docs/nccl-abi.md, "Tuner". v5 plus a fifth slot getChunkSize (NULL: NCCL's value).
  * NCCL calls getChunkSize per channel piece (nChannels 1, nBytes of the piece) except for
  * CollNet, clamps the result to its buffer and rounds it down to the protocol grain.
  * 40 bytes. C-compatible. */

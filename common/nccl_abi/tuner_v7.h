@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Vigil's own declaration of NCCL's tuner v7 plugin struct (NCCL 2.32, used as is). From
- * NVIDIA/nccl src/include/plugin/tuner/tuner_v7.h (commit 2449986f); shared reference
- * nccl-plugin-abi.md section 8. v6's slots; the constants' per-compute-capability rows grow
+ * NVIDIA/nccl src/include/plugin/tuner/tuner_v7.h (commit 2449986f); see docs/nccl-abi.md,
+ * "Tuner". v6's slots; the constants' per-compute-capability rows grow
  * from 4 to 5 (Rubin), so ncclTunerConstants_v7_t is 1272 bytes; baseLatencies and
  * hwLatencies keep v5's offsets. C-compatible. */
 #ifndef VIGIL_NCCL_ABI_TUNER_V7_H

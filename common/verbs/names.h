@@ -31,8 +31,10 @@ enum class WcClass {
                ///< replaying it elsewhere fails the same way, so fail the connection at once
 };
 
-/// Classifies a completion status (design.md "Events and error classes"). Unknown statuses
-/// are Protection: an error nobody understands is not retried on another path blindly.
+/// Classifies a completion status into the classes above: a Path error fails over to the
+/// backup, a Protection error fails the connection (README.md, "The verbs (RDMA) fabric").
+/// Unknown statuses are Protection: an error nobody understands is not retried on another
+/// path blindly.
 WcClass classify_wc_status(int status) noexcept;
 
 /// Bytes of an enum ibv_mtu (IBV_MTU_1024 -> 1024); 0 for an invalid value.

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Replay driver for the profiler plugin (profiler_plugin/, docs/profiler.md): a stand-in for
 // NCCL that dlopens the built library like NCCL does (RTLD_NOW | RTLD_LOCAL, ncclProfiler_v6
-// -> v5 -> v4), replays the exact call sequences NCCL produces (shared reference
-// nccl-plugin-abi.md section 3.7: which thread makes which call, NULL/stale handles, the v4
-// shim's behaviour) and checks the trace and summary the plugin writes.
+// -> v5 -> v4), replays the exact call sequences NCCL produces (docs/nccl-abi.md,
+// "Profiler calls and handles" and "Profiler versions and shims": which thread makes which
+// call, NULL/stale handles, the v4 shim's behaviour) and checks the trace and summary the
+// plugin writes.
 //
 // The plugin's state is per process (parameters are read and the pools sized at the first
 // init), so every scenario runs in a forked child: it clears VIGIL_*, sets its own
@@ -130,7 +131,8 @@ void logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char * /*fil
     g_warns.emplace_back(buf);
 }
 
-int g_mask = 0; // NCCL's one process-wide ncclProfilerEventMask (reference section 3.1)
+// NCCL's one process-wide ncclProfilerEventMask (v2.28.9-1:src/plugin/profiler.cc:185).
+int g_mask = 0;
 
 struct Comm {
     uint64_t hash = 0;
@@ -304,7 +306,7 @@ struct Child {
     }
 };
 
-// ---- user thread / launch side (reference 3.7, enqueue.cc, group.cc) ----------------------
+// ---- user thread / launch side (docs/nccl-abi.md, "Profiler calls and handles") ----------
 
 struct Task {
     Comm *comm = nullptr;
@@ -456,7 +458,8 @@ public:
         if (gapi_) p_.record(gapi_, ncclProfilerGroupEndApiStart, nullptr);
         if (nonblocking) {
             // group.cc:735-736: the launch runs on a new thread and E(GroupApi) follows the
-            // spawn at once, so it can precede KernelLaunch/Group/Coll (reference 3.7).
+            // spawn at once, so it can precede KernelLaunch/Group/Coll (docs/nccl-abi.md,
+            // "Profiler calls and handles").
             auto tasks = std::make_shared<std::vector<Task>>();
             tasks->swap(tasks_);
             void *gapi = gapi_;
@@ -1619,9 +1622,10 @@ void body_bad_handles(Child &c)
         c.out["null_descr_null"] = h == nullptr;
     }
     // A stale handle whose slot now holds a live event (NCCL's recycled proxy args keep
-    // sub->kernelEventHandle, reference 3.7): with VIGIL_PROFILE_POOL=64, 64 more events on
-    // the same thread reuse the stopped one's slot. The stale handle must not reach the live
-    // event: counted as foreign, and every live event is recorded once, by its own stop.
+    // sub->kernelEventHandle, docs/nccl-abi.md, "Profiler calls and handles"): with
+    // VIGIL_PROFILE_POOL=64, 64 more events on the same thread reuse the stopped one's slot.
+    // The stale handle must not reach the live event: counted as foreign, and every live
+    // event is recorded once, by its own stop.
     std::thread recycler([&] {
         Descr d{};
         d.type = ncclProfileProxyOp;
@@ -1697,7 +1701,8 @@ void body_multicomm(Child &c)
         user.group_start();
         if (i % 3 == 2) {
             // One group spanning both communicators: a single GroupApi, started with A's
-            // context; B's CollApi carries it as parent (reference 3.7).
+            // context; B's CollApi carries it as parent
+            // (docs/nccl-abi.md, "Profiler calls and handles").
             user.all_reduce(a, 1000 + i, 2);
             user.all_reduce(b, 2000 + i, 1, "ncclBfloat16");
         } else if (i % 2 == 0) {
@@ -1890,7 +1895,8 @@ void body_pxn(Child &c)
     init_or_fail(c, comm);
     Prof &p = c.p;
     // An op posted by another local rank's process: its context and parent pointers are
-    // that process's (reference 3.7); dereferencing either would crash here.
+    // that process's (docs/nccl-abi.md, "Profiler calls and handles"); dereferencing either
+    // would crash here.
     void *const their_ctx = reinterpret_cast<void *>(uintptr_t{0x10});
     void *const their_parent = reinterpret_cast<void *>(uintptr_t{0x28});
     json r = json::object();

@@ -788,7 +788,8 @@ void Bench::allreduce()
                 const int ch = static_cast<int>(r_posted % recv_comms_.size());
                 const auto c = static_cast<size_t>(ch);
                 // NCCL starts the step before each irecv attempt, so a NULL request leaves a
-                // started step behind that is never stopped (reference section 3.7).
+                // started step behind that is never stopped
+                // (docs/nccl-abi.md, "Profiler calls and handles").
                 if (profiling_) rstep[r_posted] = prof_.step_start(op_recv[c], nstep_recv[c]);
                 rreq[r_posted] = try_recv(1, &d, &sz, &tag, reduce ? &tmp.mh_recv[c] : &data.mh_recv[c], ch,
                                           &rstep[r_posted]);

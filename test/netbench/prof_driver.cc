@@ -70,7 +70,7 @@ void *ProfDriver::coll(uint64_t seq, const char *func, size_t count, const char 
     d.coll.algo = "RING";
     d.coll.proto = "SIMPLE";
     void *h = start(d);
-    stop(h); // a Coll stops once enqueued (reference section 3.7)
+    stop(h); // a Coll stops once enqueued (docs/nccl-abi.md, "Profiler calls and handles")
     return h;
 }
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Drives an NCCL profiler plugin the way NCCL's proxy does for network work (shared
-// reference nccl-plugin-abi.md section 3.7): a Coll event per collective (started and
+// Drives an NCCL profiler plugin the way NCCL's proxy does for network work
+// (docs/nccl-abi.md, "Profiler calls and handles"): a Coll event per collective (started and
 // stopped at enqueue), ProxyOps per channel and direction as its children, a ProxyStep per
 // network transfer with NCCL's states, and the net plugin's own events forwarded through the
-// profiler callback NCCL hands the net plugin (section 3.5). No GPU: no KernelCh events.
+// profiler callback NCCL hands the net plugin
+// (docs/nccl-abi.md, "Net plugin events in the profiler"). No GPU: no KernelCh events.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 // (-1 everywhere, NCCL's predicted time for usable entries, NCCL_ALGO/NCCL_PROTO
 // exclusions as -1), calls getCollInfo, selects like NCCL, then calls getChunkSize per
 // channel piece (v6/v7) and clamps and aligns the result as NCCL does.
-// Reference: shared nccl-plugin-abi.md sections 2.1-2.5 and 8. No GPU: the decision is
+// Reference: docs/nccl-abi.md, "Tuner". No GPU: the decision is
 // recorded and checked for agreement across ranks, not executed.
 #pragma once
 
