@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 bin=$PWD/build/test/netbench/vigil-netbench
 plugin=$PWD/build/net_plugin/libnccl-net-vigil.so
-vigil=$PWD/build/common/vigil
+vigil=$PWD/build/tools/vigil
 tmp=$(mktemp -d /tmp/vigil-tbench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 

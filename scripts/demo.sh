@@ -50,6 +50,6 @@ grep -m1 "loaded" "$logs/rank0.log" || true
 echo "== warnings in the ranks' logs: $(cat "$logs"/rank*.log | grep -c " WARN " || true)" \
      "($(cat "$logs"/rank*.log | grep -c "path degraded" || true) degraded-path verdicts)"
 echo "== vigil report $logs/files (full output: $logs/report.txt, plots: $logs/report/*.png)"
-build/common/vigil report --out "$logs/report" "$logs/files" >"$logs/report.txt" 2>&1 || rc=1
+build/tools/vigil report --out "$logs/report" "$logs/files" >"$logs/report.txt" 2>&1 || rc=1
 grep -E "^(slowest|arrival|plots)" "$logs/report.txt" || true
 exit $rc

@@ -59,7 +59,7 @@ if [[ -n $KIT ]]; then
     VIGIL_BIN=$KIT/bin/vigil
 else
     LIB=""
-    VIGIL_BIN=$ROOT/build/common/vigil
+    VIGIL_BIN=$ROOT/build/tools/vigil
 fi
 NET=${LIB:-$ROOT/build/net_plugin}/libnccl-net-vigil.so
 TUNER=${LIB:-$ROOT/build/tuner_plugin}/libnccl-tuner-vigil.so

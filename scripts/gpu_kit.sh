@@ -41,6 +41,6 @@ EOF
 pack ip "$(command -v ip)"
 pack tc "$(command -v tc)"
 pack bridge "$(command -v bridge)"
-[[ -x build/common/vigil ]] && pack vigil build/common/vigil
+[[ -x build/tools/vigil ]] && pack vigil build/tools/vigil
 for t in "$KIT"/bin/ip "$KIT"/bin/tc; do "$t" -V >/dev/null || { echo "gpu_kit: $t does not run" >&2; exit 1; }; done
 echo "gpu_kit: $(du -sh "$KIT" | cut -f1) in $KIT ($(ls "$KIT/lib" "$KIT/libexec" | grep -c .) files)"

@@ -35,7 +35,7 @@ if [[ ! -f $build/build.ninja ]]; then
 fi
 # Only what the verbs suite runs: the rest of the project is not needed in the guest.
 ninja -C "$build" test/verbs/vigil-verbs-lab test/verbs/vigil-verbs-comm net_plugin/libnccl-net-vigil.so \
-    test/netbench/vigil-netbench common/vigil >"$build/rxe-build.log" 2>&1 ||
+    test/netbench/vigil-netbench tools/vigil >"$build/rxe-build.log" 2>&1 ||
     { tail -30 "$build/rxe-build.log" >&2; echo "run-suite: build failed" >&2; exit 1; }
 t2=$(now)
 

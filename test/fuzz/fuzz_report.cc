@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzz target: `vigil report`'s inputs (common/tool/report.cc): profiler summaries (JSONL),
+// Fuzz target: `vigil report`'s inputs (tools/report*.cc): profiler summaries (JSONL),
 // profiler traces (Chrome trace JSON, salvaged line by line when truncated) and the net
 // plugin's telemetry files (JSONL), through the whole report: alignment of collectives
 // across ranks, the verdicts, the printed tables, report.json and the merged trace.
@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.h"
-#include "tool/report.h"
+#include "report.h"
 
 namespace {
 
@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerInitialize(int * /*argc*/, char *** /*argv*/)
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const std::string text(reinterpret_cast<const char *>(data), size);
-    std::vector<vigil::telemetry::ReportFile> files;
+    std::vector<vigil::tool::ReportFile> files;
     size_t pos = 0;
     for (const char *name : kNames) {
         if (pos > text.size()) break;
@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pos = end + 1;
     }
     std::string report, merged;
-    const int rc = vigil::telemetry::report_from_memory(files, 10, &report, &merged);
+    const int rc = vigil::tool::report_from_memory(files, 10, &report, &merged);
     FUZZ_CHECK(rc == 0);
     // Validated without building them (a DOM of each costs more than the report itself).
     FUZZ_CHECK(nlohmann::json::accept(report) && report.front() == '{');

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "loader.h"
-#include "tool/cli.h"
+#include "cli.h"
 #include "prof_driver.h"
 #include "rendezvous.h"
 #include "tuner_driver.h"

@@ -9,7 +9,7 @@
 
 #include "agree_lib.h"
 #include "rules.h"
-#include "tool/tuner_cmd.h"
+#include "tuner_cmd.h"
 
 using namespace vigil::tuner;
 

@@ -501,7 +501,7 @@ int main(int argc, char **argv)
         std::fputs(kUsage, stdout);
         return 0;
     }
-    if (cmd == "report") return vigil::telemetry::run_report(argc - 2, argv + 2);
+    if (cmd == "report") return vigil::tool::run_report(argc - 2, argv + 2);
     if (cmd == "tuner") return vigil::tool::tuner_command(argc - 1, argv + 1);
     ReaderArgs o;
     int rc = -1;

@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
-namespace vigil::telemetry {
+namespace vigil::tool {
 
 /// `vigil report [--out DIR] [--no-plots] [--top N] DIR...`
 ///
 /// Reads, in every DIR (or given as files), the profiler summaries
 /// (`vigil-prof-<host>-<pid>.jsonl`), the profiler traces (`vigil-prof-<host>-<pid>.trace.json`)
 /// and the net plugin's telemetry files (`vigil-<host>-<pid>.jsonl`, `.jsonl.1`). Collectives
-/// are aligned across ranks by (comm, seq); the report prints the collectives with the largest
+/// are aligned across ranks by (comm, function, seq); the report prints the collectives with the largest
 /// arrival skew and names, each on a line of its own, the slowest rank (`slowest rank:`), the
 /// slowest NIC (`slowest nic:`) and the slowest path (`slowest link:`), or says that none
 /// stands out. It writes `report.json`, `merged.trace.json` and, unless `--no-plots`, two PNG
@@ -41,4 +41,4 @@ struct ReportFile {
 int report_from_memory(const std::vector<ReportFile> &files, size_t top, std::string *report,
                        std::string *merged);
 
-} // namespace vigil::telemetry
+} // namespace vigil::tool
