@@ -45,7 +45,7 @@ struct Request {
     std::array<uint64_t, kMaxPaths> flush_ticket{};
 };
 
-/// Failover and telemetry tuning, from the VIGIL_* table (setup.h builds it); plain values so
+/// Failover and telemetry tuning, from the VIGIL_* table (path_plan.cc builds it); plain values so
 /// unit tests can set them.
 struct FailoverConfig {
     uint64_t fatal_timeout_ns = 10'000'000'000ull; ///< no path left this long -> error

@@ -21,6 +21,7 @@
 #include "recv_comm.h"
 #include "send_comm.h"
 #include "telemetry/writer.h"
+#include "version.h"
 
 namespace vigil::net {
 namespace {
@@ -184,7 +185,7 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
                   "watchdog only", strerror(-e));
     ++st.refs;
     VLOG_INFO(NCCL_INIT | NCCL_NET, "vigil %s loaded, ncclNet v%d, fabric %s, %zu devices:%s; "
-              "backups %s", kPluginVersion, api_version, st.fabric->name(),
+              "backups %s", VIGIL_VERSION, api_version, st.fabric->name(),
               st.fabric->devices().size(), banner_devices(st).c_str(), st.params.backup.c_str());
     return 0;
 }

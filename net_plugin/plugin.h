@@ -16,8 +16,6 @@ namespace vigil::net {
 
 /// Plugin name NCCL matches NCCL_NET against.
 inline constexpr const char *kPluginName = "vigil";
-/// Plugin version printed in the banner.
-inline constexpr const char *kPluginVersion = "0.2.0";
 
 /// Per-communicator context handed out by v11+ init().
 struct NetContext {

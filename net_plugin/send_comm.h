@@ -152,7 +152,7 @@ private:
     /// Completes send `seq` (ring slot i): the receiver holds it.
     void complete_one_locked(uint64_t seq, uint64_t now) noexcept;
     int on_cts(int slot, const CtsGroup &g) noexcept;
-    /// Completes every message below the newest ack; returns the time it used.
+    /// Completes every message below the newest ack, stamping them done at `now` (ns).
     void complete_acked_locked(uint64_t now) noexcept;
     void post_locked(uint64_t seq) noexcept;
     /// Messages neither acknowledged nor seen held, and their bytes: what a switch replays

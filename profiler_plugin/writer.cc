@@ -28,6 +28,7 @@
 #include "telemetry/json_text.h"
 #include "timing.h"
 #include "telemetry/prof_metrics.h"
+#include "version.h"
 
 namespace vigil::prof {
 
@@ -65,7 +66,6 @@ double bus_factor(const char *func, uint64_t count, int type_bytes, int nranks, 
 
 namespace {
 
-/// A bounded output file.
 /// A bounded output file with its own buffer, written with write(2). Not stdio: a process
 /// that forks (data-loader workers) would have stdio flush the parent's buffered lines into
 /// the file a second time when the child calls exit().

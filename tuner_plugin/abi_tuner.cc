@@ -19,6 +19,7 @@
 #include "nccl_abi/tuner_v6.h"
 #include "nccl_abi/tuner_v7.h"
 #include "tuner.h"
+#include "version.h"
 
 namespace {
 

@@ -29,7 +29,7 @@ int DegradeDetector::feed(const WindowRecord &w)
     // The receiving application held the data, not the path.
     const bool loaded = busy && queued && !w.receiver_bound;
     // The end of a counted busy period: what kept the path busy in the loaded windows before
-    // completes here, then the path goes idle (see "Tail" above).
+    // completes here, then the path goes idle (see "Tail" in window.h).
     const bool tail = !busy && queued && !w.receiver_bound && w.ops > 0 && n_ > 0 &&
                       loaded_run_ > cfg_.settle;
     loaded_run_ = loaded ? loaded_run_ + 1 : 0;
