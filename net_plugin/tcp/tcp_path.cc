@@ -375,19 +375,9 @@ void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
             return;
         case BackHeader::kCts: {
             CtsGroup g;
-            g.index = h.value;
-            const uint8_t *p = msg + BackHeader::kSize;
-            g.first_seq = get_le(p, 8);
-            g.n = h.count;
-            for (int k = 0; k < g.n; ++k) {
-                const uint8_t *e = p + 8 + static_cast<size_t>(k) * BackHeader::kEntrySize;
-                CtsEntry &ce = g.entries[static_cast<size_t>(k)];
-                ce.size = get_le(e, 8);
-                ce.tag = static_cast<int32_t>(get_le(e + 8, 4));
-                if (get_le(e + 12, 4) != 0) {
-                    fail(st, -EPROTO, "CTS entry from the receiver with a non-zero reserved field", true);
-                    return;
-                }
+            if (const char *bad = decode_cts(h, msg + BackHeader::kSize, &g)) {
+                fail(st, -EPROTO, std::string("the receiver's CTS: ") + bad, true);
+                return;
             }
             if (sink.cts(g) != 0) {
                 fail(st, -EPROTO, "the receiver's CTS group " + std::to_string(g.index) +
@@ -594,18 +584,10 @@ void TcpRecvPath::queue_back(const BackHeader &h, const uint8_t *payload, size_t
 
 void TcpRecvPath::advertise(const CtsGroup &g)
 {
-    std::array<uint8_t, 8 + BackHeader::kMaxEntries * BackHeader::kEntrySize> p{};
-    put_le(p.data(), g.first_seq, 8);
-    for (int k = 0; k < g.n; ++k) {
-        uint8_t *e = p.data() + 8 + static_cast<size_t>(k) * BackHeader::kEntrySize;
-        put_le(e, g.entries[static_cast<size_t>(k)].size, 8);
-        put_le(e + 8, static_cast<uint32_t>(g.entries[static_cast<size_t>(k)].tag), 4);
-    }
+    std::array<uint8_t, BackHeader::kMaxBytes - BackHeader::kSize> p;
     BackHeader h;
-    h.kind = BackHeader::kCts;
-    h.count = static_cast<uint8_t>(g.n);
-    h.value = g.index;
-    queue_back(h, p.data(), 8 + static_cast<size_t>(g.n) * BackHeader::kEntrySize);
+    encode_cts(g, &h, p.data());
+    queue_back(h, p.data(), h.payload());
     PathStatus ignored; // errors show on the next progress()
     flush_back(&ignored);
 }

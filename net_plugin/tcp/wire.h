@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "fabric.h"
+
 namespace vigil::net::tcp {
 
 /// Hard bounds on wire values, independent of configuration.
@@ -218,6 +220,46 @@ struct BackHeader {
     /// Bytes following the header.
     size_t payload() const { return kind == kCts ? 8 + count * kEntrySize : 0; }
 };
+static_assert(BackHeader::kMaxEntries == kMaxRecvs, "a CTS group is one grouped irecv");
+
+/// A CTS group as a back-channel message: fills `h` (kind, count, group index) and writes the
+/// group's payload (h->payload() bytes, at most BackHeader::kMaxBytes - kSize) to `p`.
+/// `g.n` must be 1..kMaxEntries; the entries' addresses and keys are not sent (TCP has none).
+inline void encode_cts(const CtsGroup &g, BackHeader *h, uint8_t *p)
+{
+    *h = BackHeader{};
+    h->kind = BackHeader::kCts;
+    h->count = static_cast<uint8_t>(g.n);
+    h->value = g.index;
+    put_le(p, g.first_seq, 8);
+    for (int k = 0; k < g.n; ++k) {
+        uint8_t *e = p + 8 + static_cast<size_t>(k) * BackHeader::kEntrySize;
+        const CtsEntry &ce = g.entries[static_cast<size_t>(k)];
+        put_le(e, ce.size, 8);
+        put_le(e + 8, static_cast<uint32_t>(ce.tag), 4);
+        put_le(e + 12, 0, 4);
+    }
+}
+
+/// The CTS group of a decoded kCts header `h` whose payload (h.payload() bytes) is `p`.
+/// Returns nullptr when valid, else what is wrong (`*g` is then partly filled). Capacities are
+/// taken as sent: the sender checks each message against its entry.
+inline const char *decode_cts(const BackHeader &h, const uint8_t *p, CtsGroup *g)
+{
+    if (h.kind != BackHeader::kCts) return "not a CTS message";
+    *g = CtsGroup{};
+    g->index = h.value;
+    g->first_seq = get_le(p, 8);
+    g->n = h.count;
+    for (int k = 0; k < g->n; ++k) {
+        const uint8_t *e = p + 8 + static_cast<size_t>(k) * BackHeader::kEntrySize;
+        CtsEntry &ce = g->entries[static_cast<size_t>(k)];
+        ce.size = get_le(e, 8);
+        ce.tag = static_cast<int32_t>(get_le(e + 8, 4));
+        if (get_le(e + 12, 4) != 0) return "CTS entry with a non-zero reserved field";
+    }
+    return nullptr;
+}
 
 /// Hello path_kind accessors.
 inline uint8_t make_path_kind(int kind, int npaths, bool rebuild)

@@ -373,7 +373,7 @@ void VerbsSendPath::begin(uint64_t first_seq, uint32_t gen, int abandoned, uint6
     queue_.clear(); // the core posts every unacknowledged message again
     awaiting_holding_ = true;
     Ctl h;
-    h.kind = Ctl::kNotice;
+    h.kind = Ctl::kGeneration;
     h.gen = gen;
     h.a = first_seq;
     h.b = abandoned_id;
@@ -520,28 +520,14 @@ void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendS
     (void)len;
     switch (h.kind) {
     case Ctl::kCts: {
-        CtsGroup g;
-        g.index = h.a;
-        g.first_seq = h.b;
-        g.n = h.count;
-        for (int k = 0; k < g.n; ++k) {
-            const uint8_t *e = p + static_cast<size_t>(k) * Ctl::kEntrySize;
-            CtsEntry &ce = g.entries[static_cast<size_t>(k)];
-            ce.addr = get_le(e, 8);
-            ce.size = get_le(e + 8, 4);
-            ce.tag = static_cast<int32_t>(get_le(e + 12, 4));
-            ce.rkey[0] = static_cast<uint32_t>(get_le(e + 16, 4));
-            ce.rkey[1] = static_cast<uint32_t>(get_le(e + 20, 4));
-        }
+        const CtsGroup g = decode_cts(h, p);
         if (sink.cts(g) != 0)
             eng_.fail(st, -EPROTO, "the receiver's CTS group " + std::to_string(g.index) + " contradicts the protocol", true);
         return;
     }
     case Ctl::kHolding: {
-        if (!awaiting_holding_ || h.gen != gen_) return; // the answer to an older notice
-        Holding hold;
-        hold.floor = h.a;
-        for (size_t w = 0; w < hold.complete.size(); ++w) hold.complete[w] = get_le(p + 8 * w, 8);
+        if (!awaiting_holding_ || h.gen != gen_) return; // the answer to an older generation
+        const Holding hold = decode_holding(h, p);
         sink.acked(hold.floor);
         // Never write a message the receiver holds: its buffer may be NCCL's again.
         std::deque<OutMessage> keep;
@@ -630,22 +616,10 @@ VerbsRecvPath::~VerbsRecvPath() = default;
 
 void VerbsRecvPath::advertise(const CtsGroup &g)
 {
-    std::array<uint8_t, Ctl::kMaxEntries * Ctl::kEntrySize> p{};
-    for (int k = 0; k < g.n; ++k) {
-        uint8_t *e = p.data() + static_cast<size_t>(k) * Ctl::kEntrySize;
-        const CtsEntry &ce = g.entries[static_cast<size_t>(k)];
-        put_le(e, ce.addr, 8);
-        put_le(e + 8, ce.size, 4);
-        put_le(e + 12, static_cast<uint32_t>(ce.tag), 4);
-        put_le(e + 16, ce.rkey[0], 4);
-        put_le(e + 20, ce.rkey[1], 4);
-    }
+    std::array<uint8_t, Ctl::kMaxEntries * Ctl::kEntrySize> p;
     Ctl h;
-    h.kind = Ctl::kCts;
-    h.count = static_cast<uint8_t>(g.n);
-    h.a = g.index;
-    h.b = g.first_seq;
-    eng_.control(h, p.data(), static_cast<size_t>(g.n) * Ctl::kEntrySize);
+    const size_t n = encode_cts(g, &h, p.data());
+    eng_.control(h, p.data(), n);
 }
 
 void VerbsRecvPath::request_failover(uint32_t failed_slot)
@@ -750,16 +724,13 @@ void VerbsRecvPath::on_control(const uint8_t *m, size_t len, RecvSink &sink, Pat
         return;
     }
     switch (h.kind) {
-    case Ctl::kNotice: {
+    case Ctl::kGeneration: {
         gen_ = std::max(gen_, h.gen);
         const Holding hold = sink.generation(h.gen, h.a, static_cast<int>(h.count) - 1, h.b);
-        std::array<uint8_t, Ctl::kBitmapBytes> bits{};
-        for (size_t i = 0; i < hold.complete.size(); ++i) put_le(bits.data() + 8 * i, hold.complete[i], 8);
+        std::array<uint8_t, Ctl::kBitmapBytes> bits;
         Ctl a;
-        a.kind = Ctl::kHolding;
-        a.gen = h.gen;
-        a.a = hold.floor;
-        eng_.control(a, bits.data(), bits.size());
+        const size_t n = encode_holding(hold, h.gen, &a, bits.data());
+        eng_.control(a, bits.data(), n);
         return;
     }
     case Ctl::kProbe:

@@ -4,7 +4,7 @@
 //     nonce, connection and path ids), the listener's answer (its QPs and the address and key
 //     of its record ring), the connector's ready word once its QPs are ready to receive;
 //   - control messages (SEND/RECV on the path's QPs, both directions): CTS groups, generation
-//     notices and the receiver's holding answer, probes, heartbeats, failover requests,
+//     notices (kGeneration) and the receiver's holding answer, probes, heartbeats, failover requests,
 //     goodbyes;
 //   - the message record the sender RDMA-writes (with immediate) into the receiver's record
 //     ring after a message's payload.
@@ -15,6 +15,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+
+#include "fabric.h"
 
 namespace vigil::net::verbs_fabric {
 
@@ -165,12 +167,13 @@ inline constexpr uint32_t kReadyMagic = 0x52564c56; // "VLVR"
 ///   [0] kind  [1] count  [2,4) zero  [4,8) generation  [8,16) a  [16,24) b
 /// kCts: a = group index, b = first seq, count = entries; then per entry 24 bytes:
 ///       [0,8) address  [8,12) capacity  [12,16) tag  [16,20) rkey slot 0  [20,24) rkey slot 1
-/// kNotice: a = first seq, b = abandoned path id, count = abandoned slot + 1 (0: none)
-/// kHolding: gen = the notice's generation, a = floor; then 32 bytes: the completion bitmap
+/// kGeneration (the generation notice; TCP's FrameHeader::kGeneration): a = first seq,
+///       b = abandoned path id, count = abandoned slot + 1 (0: none)
+/// kHolding: gen = the generation answered, a = floor; then 32 bytes: the completion bitmap
 /// kFailoverRequest: a = the failed slot. kProbe, kHeartbeat, kGoodbye: nothing more.
 struct Ctl {
     enum Kind : uint8_t {
-        kCts = 1, kNotice = 2, kHolding = 3, kProbe = 4, kHeartbeat = 5, kFailoverRequest = 6, kGoodbye = 7
+        kCts = 1, kGeneration = 2, kHolding = 3, kProbe = 4, kHeartbeat = 5, kFailoverRequest = 6, kGoodbye = 7
     };
     static constexpr size_t kSize = 24;
     static constexpr size_t kEntrySize = 24;
@@ -207,7 +210,7 @@ struct Ctl {
             if (len != kSize + count * kEntrySize) return "CTS length disagrees with its count";
         } else if (kind == kHolding) {
             if (len != kSize + kBitmapBytes) return "holding answer of the wrong length";
-        } else if (kind == kNotice) {
+        } else if (kind == kGeneration) {
             if (count > 2) return "bad abandoned slot";
             if (len != kSize) return "control message of the wrong length";
         } else if (count != 0 || len != kSize) {
@@ -216,6 +219,73 @@ struct Ctl {
         return nullptr;
     }
 };
+
+static_assert(Ctl::kMaxEntries == kMaxRecvs, "a CTS group is one grouped irecv");
+static_assert(Ctl::kBitmapBytes == sizeof(Holding::complete), "the holding bitmap, whole");
+
+/// A CTS group as a kCts control message: fills `h` and writes the entries (g.n * kEntrySize
+/// bytes, returned) to `p`. `g.n` must be 1..kMaxEntries and each capacity at most
+/// kMaxMessageBytes (it travels in 32 bits).
+inline size_t encode_cts(const CtsGroup &g, Ctl *h, uint8_t *p)
+{
+    *h = Ctl{};
+    h->kind = Ctl::kCts;
+    h->count = static_cast<uint8_t>(g.n);
+    h->a = g.index;
+    h->b = g.first_seq;
+    for (int k = 0; k < g.n; ++k) {
+        uint8_t *e = p + static_cast<size_t>(k) * Ctl::kEntrySize;
+        const CtsEntry &ce = g.entries[static_cast<size_t>(k)];
+        put_le(e, ce.addr, 8);
+        put_le(e + 8, ce.size, 4);
+        put_le(e + 12, static_cast<uint32_t>(ce.tag), 4);
+        put_le(e + 16, ce.rkey[0], 4);
+        put_le(e + 20, ce.rkey[1], 4);
+    }
+    return static_cast<size_t>(g.n) * Ctl::kEntrySize;
+}
+
+/// The CTS group of a kCts message `h` that Ctl::decode accepted; `p` is its h.count entries.
+/// Addresses and keys are taken as sent: a wrong one fails the RDMA write on the sender's QP
+/// (a protection error), never memory outside the receiver's registered buffers.
+inline CtsGroup decode_cts(const Ctl &h, const uint8_t *p)
+{
+    CtsGroup g;
+    g.index = h.a;
+    g.first_seq = h.b;
+    g.n = h.count;
+    for (int k = 0; k < g.n; ++k) {
+        const uint8_t *e = p + static_cast<size_t>(k) * Ctl::kEntrySize;
+        CtsEntry &ce = g.entries[static_cast<size_t>(k)];
+        ce.addr = get_le(e, 8);
+        ce.size = get_le(e + 8, 4);
+        ce.tag = static_cast<int32_t>(get_le(e + 12, 4));
+        ce.rkey[0] = static_cast<uint32_t>(get_le(e + 16, 4));
+        ce.rkey[1] = static_cast<uint32_t>(get_le(e + 20, 4));
+    }
+    return g;
+}
+
+/// The receiver's answer to generation `gen`'s notice as a kHolding message: fills `h` and
+/// writes the completion bitmap (kBitmapBytes, returned) to `p`.
+inline size_t encode_holding(const Holding &hold, uint32_t gen, Ctl *h, uint8_t *p)
+{
+    *h = Ctl{};
+    h->kind = Ctl::kHolding;
+    h->gen = gen;
+    h->a = hold.floor;
+    for (size_t w = 0; w < hold.complete.size(); ++w) put_le(p + 8 * w, hold.complete[w], 8);
+    return Ctl::kBitmapBytes;
+}
+
+/// What a kHolding message `h` that Ctl::decode accepted says; `p` is its kBitmapBytes.
+inline Holding decode_holding(const Ctl &h, const uint8_t *p)
+{
+    Holding hold;
+    hold.floor = h.a;
+    for (size_t w = 0; w < hold.complete.size(); ++w) hold.complete[w] = get_le(p + 8 * w, 8);
+    return hold;
+}
 
 /// The record of one message, written into slot seq % ring of the receiver's record ring
 /// with RDMA WRITE with immediate (immediate = the low 31 bits of seq, top bit clear: see

@@ -2,12 +2,14 @@
 // Fuzz target: the TCP fabric's wire headers (net_plugin/tcp/wire.h): the per-stream Hello,
 // the FrameHeader before every chunk and control frame, and the back channel's BackHeader.
 //
-// Input: up to 48 bytes, zero-padded; bytes [0,40) are decoded as a Hello and as a
+// Input: up to 184 bytes, zero-padded; bytes [0,40) are decoded as a Hello and as a
 // FrameHeader, [0,24) as a BackHeader; bytes [40,48) give the FrameHeader's message size
-// limit (0 there: the plugin's own, kMaxMessageBytes). Properties: a header that decodes
-// re-encodes to the same bytes, and what the receiver then trusts is inside its bounds
-// (stream < nstreams <= kMaxStreams, path kind and count, a data chunk inside its message
-// inside the limit, a CTS entry index < 8, a back-channel payload within kMaxBytes).
+// limit (0 there: the plugin's own, kMaxMessageBytes); bytes [48,184) are a kCts header's
+// payload (its own length of them). Properties: a header that decodes re-encodes to the same
+// bytes, and what the receiver then trusts is inside its bounds (stream < nstreams <=
+// kMaxStreams, path kind and count, a data chunk inside its message inside the limit, a CTS
+// entry index < 8, a back-channel payload within kMaxBytes); a CTS group that decodes
+// (decode_cts) encodes (encode_cts) to the same header and payload.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -54,7 +56,7 @@ void frame(const uint8_t *p, uint64_t max_message)
     FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
 }
 
-void back(const uint8_t *p)
+void back(const uint8_t *p, const uint8_t *payload)
 {
     tcp::BackHeader h;
     if (h.decode(p) != nullptr) return;
@@ -65,6 +67,22 @@ void back(const uint8_t *p)
     std::array<uint8_t, tcp::BackHeader::kSize> again{};
     h.encode(again.data());
     FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
+    if (h.kind != tcp::BackHeader::kCts) return;
+    // Exact-size copy of the payload the header announces: a read past it is a bug.
+    auto *body = new uint8_t[h.payload()];
+    std::memcpy(body, payload, h.payload());
+    vigil::net::CtsGroup g;
+    if (tcp::decode_cts(h, body, &g) == nullptr) {
+        FUZZ_CHECK(g.n == h.count && g.index == h.value);
+        std::array<uint8_t, tcp::BackHeader::kMaxBytes - tcp::BackHeader::kSize> out{};
+        tcp::BackHeader eh;
+        tcp::encode_cts(g, &eh, out.data());
+        FUZZ_CHECK(eh.payload() == h.payload());
+        eh.encode(again.data());
+        FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
+        FUZZ_CHECK(std::memcmp(out.data(), body, h.payload()) == 0);
+    }
+    delete[] body;
 }
 
 } // namespace
@@ -77,7 +95,8 @@ extern "C" int LLVMFuzzerInitialize(int * /*argc*/, char *** /*argv*/)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    constexpr size_t kIn = 48;
+    constexpr size_t kPayload = 48; // a CTS payload follows the size limit
+    constexpr size_t kIn = kPayload + tcp::BackHeader::kMaxBytes - tcp::BackHeader::kSize;
     uint8_t buf[kIn] = {};
     std::memcpy(buf, data, std::min(size, kIn));
     // Exact-size heap copies: ASan sees a read past the end of each header.
@@ -90,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     hello(h40);
     frame(h40, max_message);
-    back(b24);
+    back(b24, buf + kPayload);
     delete[] h40;
     delete[] b24;
     return 0;

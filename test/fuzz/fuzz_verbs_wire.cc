@@ -9,7 +9,8 @@
 // which is also decoded as a short message's when its top bit is set); the whole input as a
 // Ctl of the input's own length, as a RECV slot receives it.
 // Properties: what decodes re-encodes to the same bytes (Answer: its status, and its end when
-// the status is 0; Ctl: its 24-byte header), and what the verbs path then trusts is bounded
+// the status is 0; Ctl: its 24-byte header, and a CTS group's entries or a holding answer's
+// bitmap through decode_cts/decode_holding and back), and what the verbs path then trusts is bounded
 // (QP count 1..16 with every used QP number non-zero and 24-bit, MTU 1..5, a CTS group of
 // 1..8 entries of exactly the bytes received, an entry index < 8, a record's size within
 // the limit and its sequence number matching the immediate; a short immediate's fields in
@@ -86,11 +87,28 @@ void ctl(const uint8_t *p, size_t len)
         FUZZ_CHECK(len == vw::Ctl::kSize + vw::Ctl::kBitmapBytes);
     } else {
         FUZZ_CHECK(len == vw::Ctl::kSize);
-        if (c.kind == vw::Ctl::kNotice) FUZZ_CHECK(c.count <= 2);
+        if (c.kind == vw::Ctl::kGeneration) FUZZ_CHECK(c.count <= 2);
     }
     std::array<uint8_t, vw::Ctl::kSize> again{};
     c.encode(again.data());
     FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
+    // The payload, through the structure the path hands the core and back.
+    std::array<uint8_t, vw::kCtlBytes> body{};
+    vw::Ctl h;
+    size_t n = 0;
+    if (c.kind == vw::Ctl::kCts) {
+        const vigil::net::CtsGroup g = vw::decode_cts(c, p + vw::Ctl::kSize);
+        FUZZ_CHECK(g.n == c.count && g.index == c.a && g.first_seq == c.b);
+        n = vw::encode_cts(g, &h, body.data());
+    } else if (c.kind == vw::Ctl::kHolding) {
+        n = vw::encode_holding(vw::decode_holding(c, p + vw::Ctl::kSize), c.gen, &h, body.data());
+    } else {
+        return;
+    }
+    FUZZ_CHECK(vw::Ctl::kSize + n == len);
+    h.encode(again.data());
+    FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
+    FUZZ_CHECK(std::memcmp(body.data(), p + vw::Ctl::kSize, n) == 0);
 }
 
 void record(const uint8_t *p, uint32_t imm)

@@ -282,7 +282,7 @@ void verbs_wire()
     c.kind = vw::Ctl::kHolding;
     c.count = 0;
     put("verbs-wire", "ctl-holding", encoded(c, vw::Ctl::kSize + vw::Ctl::kBitmapBytes));
-    c.kind = vw::Ctl::kNotice;
+    c.kind = vw::Ctl::kGeneration;
     c.count = 2;
     put("verbs-wire", "ctl-notice", encoded(c, vw::Ctl::kSize));
     c.kind = vw::Ctl::kHeartbeat;

@@ -54,12 +54,12 @@ using SeqGens = std::vector<SeqGen>;
 
 // One frame on a stream: a chunk of a message, or a control frame.
 struct Frame {
-    enum Kind { kData, kProbe, kNotice, kGoodbye } kind = kData;
+    enum Kind { kData, kProbe, kGeneration, kGoodbye } kind = kData;
     uint32_t gen = 1;
-    uint64_t seq = 0; // kNotice: the generation's first seq
+    uint64_t seq = 0; // kGeneration: the generation's first seq
     int32_t tag = 0;
-    int entry = 0;    // kNotice: the abandoned slot (-1: none)
-    uint64_t path = 0; // kNotice: the abandoned path's id
+    int entry = 0;    // kGeneration: the abandoned slot (-1: none)
+    uint64_t path = 0; // kGeneration: the abandoned path's id
     uint64_t size = 0; // whole message
     uint64_t offset = 0;
     std::vector<uint8_t> bytes;
@@ -289,7 +289,7 @@ public:
         l_.expect_seq = first_seq;
         l_.gen = gen;
         Frame f;
-        f.kind = Frame::kNotice;
+        f.kind = Frame::kGeneration;
         f.gen = gen;
         f.seq = first_seq;
         f.entry = abandoned;
@@ -438,7 +438,7 @@ public:
                 Frame &f = l_.streams[i].front();
                 st.heard = true;
                 if (f.kind != Frame::kData) {
-                    if (f.kind == Frame::kNotice) {
+                    if (f.kind == Frame::kGeneration) {
                         l_.notices.push_back({f.seq, f.gen, f.entry, f.path, vigil::now_ns()});
                         l_.holdings.push_back(sink.generation(f.gen, f.seq, f.entry, f.path));
                     } else if (f.kind == Frame::kGoodbye) {

@@ -383,3 +383,43 @@ TEST_CASE("BackHeader: acks carry the ack delay, no other kind does", "[wire]")
     BackHeader out;
     CHECK_THAT(std::string(out.decode(b.data())), Catch::Contains("reserved"));
 }
+
+TEST_CASE("CTS group: encode_cts/decode_cts round trip, reserved bytes refused", "[wire]")
+{
+    vigil::net::CtsGroup g;
+    g.index = 0x1122334455667788ULL;
+    g.first_seq = 0x0102030405060708ULL;
+    g.n = static_cast<int>(BackHeader::kMaxEntries);
+    for (int k = 0; k < g.n; ++k) {
+        auto &e = g.entries[static_cast<size_t>(k)];
+        e.size = (1ULL << 31) - static_cast<uint64_t>(k);
+        e.tag = -k - 1; // tags are NCCL ranks, but any 32 bits travel
+    }
+    std::array<uint8_t, BackHeader::kMaxBytes> msg{};
+    BackHeader h;
+    encode_cts(g, &h, msg.data() + BackHeader::kSize);
+    h.encode(msg.data());
+    CHECK(BackHeader::kSize + h.payload() == BackHeader::kMaxBytes);
+
+    BackHeader in;
+    REQUIRE(in.decode(msg.data()) == nullptr);
+    vigil::net::CtsGroup out;
+    REQUIRE(decode_cts(in, msg.data() + BackHeader::kSize, &out) == nullptr);
+    CHECK(out.index == g.index);
+    CHECK(out.first_seq == g.first_seq);
+    REQUIRE(out.n == g.n);
+    for (size_t k = 0; k < static_cast<size_t>(g.n); ++k) {
+        CHECK(out.entries[k].size == g.entries[k].size);
+        CHECK(out.entries[k].tag == g.entries[k].tag);
+    }
+
+    // One entry, then a non-zero reserved word in it.
+    g.n = 1;
+    encode_cts(g, &h, msg.data() + BackHeader::kSize);
+    CHECK(h.payload() == 8 + BackHeader::kEntrySize);
+    msg[BackHeader::kSize + 8 + 12] = 1;
+    CHECK_THAT(std::string(decode_cts(h, msg.data() + BackHeader::kSize, &out)),
+               Catch::Contains("reserved"));
+    BackHeader ack;
+    CHECK(decode_cts(ack, msg.data(), &out) != nullptr); // not a CTS header
+}
