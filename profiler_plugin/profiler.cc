@@ -1,17 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Profiler core: contexts, event selection, init/finalize and the hot-path entry points.
+// Profiler core: init/finalize of communicator contexts and the hot-path entry points.
 #include "profiler.h"
 
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <mutex>
-#include <string_view>
 
 #include "clock.h"
 #include "log.h"
@@ -23,28 +19,16 @@ namespace vigil::prof {
 
 namespace {
 
-Context g_contexts[kMaxContexts];
-
 std::mutex g_init_mu;   // init/finalize only
 int g_refs = 0;         // live contexts
 bool g_broken = false;  // bad parameters: every context is NULL
 std::atomic<uint32_t> g_recorded{0};
-// NCCL's activation mask (one process-wide int; reference in profiler.h): read at each
-// Coll/P2p start, since RAS may rewrite it from its own thread (NCCL >= 2.31). Kept only
-// while a communicator is live.
+// NCCL's activation mask (one process-wide int: docs/nccl-abi.md, "Profiler versions and
+// shims"): read at each Coll/P2p start, since RAS may rewrite it from its own thread
+// (NCCL >= 2.31). Kept only while a communicator is live.
 std::atomic<int *> g_nccl_mask{nullptr};
-int64_t g_mono_to_real = 0;
 pid_t g_pid = 0;
 WriterConfig g_writer_cfg; // from the parameters, read when no communicator is live
-
-/// A free context slot (never used, or finalized: NCCL sends nothing for a finalized
-/// communicator, and its records were drained at finalize), or 0. Under g_init_mu.
-uint16_t free_context()
-{
-    for (uint16_t i = 1; i < kMaxContexts; ++i)
-        if (g_contexts[i].magic == 0 || !g_contexts[i].live.load(std::memory_order_relaxed)) return i;
-    return 0;
-}
 
 /// At exit with communicators still alive (most jobs never destroy theirs), the writer is
 /// stopped so the files end complete; at unload (every communicator finalized) the pools and
@@ -60,140 +44,7 @@ struct Lifetime {
     }
 } g_lifetime;
 
-struct Name {
-    std::string_view word;
-    uint32_t bits;
-};
-constexpr Name kNames[] = {
-    {"group", bit(Kind::kGroup)},
-    {"coll", bit(Kind::kColl)},
-    {"p2p", bit(Kind::kP2p)},
-    {"proxy-op", bit(Kind::kProxyOp)},
-    {"proxy-step", bit(Kind::kProxyStep)},
-    {"proxy-ctrl", bit(Kind::kProxyCtrl)},
-    {"kernel-ch", bit(Kind::kKernelCh)},
-    {"kernel-phase", bit(Kind::kKernelPhase)},
-    {"net", bit(Kind::kNet)},
-    {"api", bit(Kind::kGroupApi) | bit(Kind::kCollApi) | bit(Kind::kP2pApi) | bit(Kind::kKernelLaunch)},
-};
-constexpr uint32_t kAll = ((1u << static_cast<unsigned>(Kind::kLegacyCount)) - 1) | bit(Kind::kKernelPhase);
-
-int64_t calibrate()
-{
-    // The tightest of several realtime reads bracketed by monotonic ones.
-    int64_t best_span = INT64_MAX, offset = 0;
-    for (int i = 0; i < 16; ++i) {
-        timespec a, r, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        clock_gettime(CLOCK_REALTIME, &r);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        const int64_t ma = a.tv_sec * 1'000'000'000ll + a.tv_nsec, mb = b.tv_sec * 1'000'000'000ll + b.tv_nsec;
-        const int64_t rr = r.tv_sec * 1'000'000'000ll + r.tv_nsec;
-        if (mb - ma < best_span) {
-            best_span = mb - ma;
-            offset = rr - (ma + (mb - ma) / 2);
-        }
-    }
-    return offset;
-}
-
 } // namespace
-
-bool parse_events(const std::string &text, Selection *out, std::string *why)
-{
-    uint32_t mask = 0;
-    std::string_view s = text;
-    if (!s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos) {
-        char *end = nullptr;
-        const unsigned long v = std::strtoul(text.c_str(), &end, 10);
-        if (v > 0xffff) {
-            *why = "mask " + text + " has bits beyond NCCL's event types (0-15)";
-            return false;
-        }
-        mask = static_cast<uint32_t>(v) & kAll; // CE bits (12-14): never recorded
-    } else {
-        while (!s.empty()) {
-            const size_t comma = s.find(',');
-            std::string_view w = s.substr(0, comma);
-            s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
-            while (!w.empty() && std::isspace(static_cast<unsigned char>(w.front()))) w.remove_prefix(1);
-            while (!w.empty() && std::isspace(static_cast<unsigned char>(w.back()))) w.remove_suffix(1);
-            if (w.empty()) continue;
-            if (w == "all") {
-                mask = kAll;
-                continue;
-            }
-            bool found = false;
-            for (const Name &n : kNames)
-                if (n.word == w) {
-                    mask |= n.bits;
-                    found = true;
-                }
-            if (!found) {
-                *why = "unknown event type '" + std::string(w) +
-                       "' (known: group, coll, p2p, proxy-op, proxy-step, proxy-ctrl, kernel-ch, kernel-phase, "
-                       "net, api, all)";
-                return false;
-            }
-        }
-    }
-    uint32_t rec = mask;
-    // Every event below a collective is tied back to it, and the summary needs the
-    // collective, so Coll/P2p are always recorded. Net events are children of proxy steps
-    // (the net plugin never starts one without its parent), steps of proxy ops.
-    if (rec & bit(Kind::kNet)) rec |= bit(Kind::kProxyStep);
-    // A phase is tied to its collective through its kernel channel (NCCL >= 2.31 forces
-    // kernel-channel events on with phases, too).
-    if (rec & bit(Kind::kKernelPhase)) rec |= bit(Kind::kKernelCh);
-    if (rec & bit(Kind::kProxyStep)) rec |= bit(Kind::kProxyOp);
-    rec |= bit(Kind::kColl) | bit(Kind::kP2p);
-    // The user's call (CollApi/P2pApi start, v5+) is a collective's enqueue time, the start
-    // of its queueing (docs/profiler.md, "Timing"): one more event per collective.
-    rec |= bit(Kind::kCollApi) | bit(Kind::kP2pApi);
-    // NCCL 2.27 (v4 native) starts no Coll/P2p when the Group handle is NULL
-    // (docs/nccl-abi.md, "Profiler calls and handles"), so groups get real handles too.
-    rec |= bit(Kind::kGroup);
-    out->traced = mask;
-    out->recorded = rec;
-    return true;
-}
-
-std::string events_text(uint32_t mask)
-{
-    std::string s;
-    uint32_t named = 0;
-    for (const Name &n : kNames)
-        if ((mask & n.bits) == n.bits) {
-            // Appends, not `"," + std::string`: a bogus GCC 12 -Wrestrict at -O3 (bug 105329).
-            if (!s.empty()) s += ',';
-            s += n.word;
-            named |= n.bits;
-        }
-    if (const uint32_t rest = mask & ~named) { // e.g. one API bit of a numeric mask
-        char b[16];
-        std::snprintf(b, sizeof(b), "0x%x", rest);
-        if (!s.empty()) s += ',';
-        s += b;
-    }
-    return s.empty() ? "none" : s;
-}
-
-Context *context_of(void *p) noexcept
-{
-    const auto a = reinterpret_cast<uintptr_t>(p);
-    const auto lo = reinterpret_cast<uintptr_t>(&g_contexts[0]);
-    const auto hi = reinterpret_cast<uintptr_t>(&g_contexts[kMaxContexts]);
-    if (a < lo || a >= hi || (a - lo) % sizeof(Context) != 0) return nullptr;
-    Context *c = static_cast<Context *>(p);
-    return c->magic == kContextMagic && c->live.load(std::memory_order_acquire) ? c : nullptr;
-}
-
-const Context *context_at(uint16_t i) noexcept
-{
-    return i > 0 && i < kMaxContexts && g_contexts[i].magic == kContextMagic ? &g_contexts[i] : nullptr;
-}
-
-int64_t mono_to_realtime_ns() noexcept { return g_mono_to_real; }
 
 ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *name, int nnodes, int nranks, int rank,
                   ncclDebugLogger_t logfn, int abi)
@@ -223,7 +74,7 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
                       rc.pool, std::strerror(ENOMEM));
             ok = false;
         }
-        if (g_mono_to_real == 0) g_mono_to_real = calibrate();
+        calibrate_clock();
         g_pid = getpid();
         if (ok) {
             WriterConfig &wc = g_writer_cfg;
@@ -248,14 +99,13 @@ ncclResult_t init(void **context, uint64_t comm_hash, int *mask, const char *nam
     *mask = static_cast<int>(g_recorded.load(std::memory_order_relaxed));
     if (g_broken) return ncclSuccess;
     g_nccl_mask.store(mask, std::memory_order_release);
-    const uint16_t i = free_context();
-    if (i == 0) {
+    Context *slot = free_context();
+    if (slot == nullptr) {
         VLOG_WARN("more than %u live communicators; events of comm 0x%llx are not recorded", kMaxContexts - 1u,
                   static_cast<unsigned long long>(comm_hash));
         return ncclSuccess;
     }
-    Context &c = g_contexts[i];
-    c.index = i;
+    Context &c = *slot;
     c.comm_hash = comm_hash;
     std::snprintf(c.name, sizeof(c.name), "%s", name ? name : "");
     c.rank = rank;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The profiler core behind the ABI shims: per-communicator contexts, the event selection,
-// and the hot-path entry points (open, record state, close) on top of the Recorder.
+// The profiler core behind the ABI shims: init and finalize of communicator contexts
+// (contexts.h) and the hot-path entry points (open, record state, close) on top of the Recorder.
 //
 // NCCL calls init once per communicator, from whatever thread creates it; the first init
 // reads the VIGIL_PROFILE_* parameters, configures the recorder and starts the writer; the
@@ -14,45 +14,11 @@
 #include <cstdint>
 #include <string>
 
+#include "contexts.h"
 #include "event.h"
 #include "nccl_abi/nccl_common.h"
 
 namespace vigil::prof {
-
-inline constexpr uint16_t kMaxContexts = 1024;
-
-/// One communicator, as its init described it. Lives in a static table for the life of the
-/// process (never freed, so a late event naming a finalized context is harmless).
-/// Thread-safe: written once in init before `live` is set, read-only afterwards.
-struct Context {
-    uint32_t magic = 0; ///< kContextMagic once initialised
-    uint16_t index = 0;
-    uint64_t comm_hash = 0;
-    char name[64] = {};
-    int rank = -1;
-    int nranks = 0;
-    int nnodes = 0;
-    int abi = 0; ///< profiler ABI version the communicator came through (4 to 7)
-    uint64_t init_ns = 0;
-    std::atomic<bool> live{false};
-};
-inline constexpr uint32_t kContextMagic = 0x56474c43; // "VGLC"
-
-/// The context `p` (a value NCCL passes back) if it is one of ours, else nullptr.
-Context *context_of(void *p) noexcept;
-/// Context number `i` (0 = unknown), or nullptr.
-const Context *context_at(uint16_t i) noexcept;
-
-/// What VIGIL_PROFILE_EVENTS selects, as NCCL mask bits. `recorded` adds the kinds the
-/// selected ones need (parents that carry the collective, proxy steps that parent net
-/// events); `traced` is what the trace shows. Returns false with *why on a bad list.
-struct Selection {
-    uint32_t traced = 0;
-    uint32_t recorded = 0;
-};
-bool parse_events(const std::string &text, Selection *out, std::string *why);
-/// The list form of a mask ("coll,p2p,..."), for logs and the summary.
-std::string events_text(uint32_t mask);
 
 /// init for every ABI version. Never fails: on a bad parameter it WARNs once and returns
 /// success with a NULL context (whose events are ignored). Writes the process-wide mask.
@@ -77,10 +43,6 @@ bool kernel_channels_due() noexcept;
 void record_state(void *eHandle, int state, uint64_t arg, bool has_arg) noexcept;
 /// stopEvent for every ABI version. Tolerates NULL and foreign handles. Hot path.
 void stop_event(void *eHandle) noexcept;
-
-/// Offset to add to a CLOCK_MONOTONIC time to get CLOCK_REALTIME (ns), measured at the
-/// first init as the midpoint of the tightest of several bracketed reads.
-int64_t mono_to_realtime_ns() noexcept;
 
 /// Drains and writes everything now (tests and fatal paths). Thread-safe.
 void flush() noexcept;

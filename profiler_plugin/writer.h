@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "profiler.h"
+#include "contexts.h"
 
 namespace vigil::prof {
 
