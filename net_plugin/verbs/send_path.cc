@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: Apache-2.0
+// The sending half of a verbs path: RDMA writes into the advertised buffers, the record with
+// immediate after each payload, completions as acks, the holding answer after a generation.
+#include "verbs_path.h"
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+
+#include "log.h"
+
+namespace vigil::net::verbs_fabric {
+namespace {
+
+/// Largest payload of one RDMA write (InfiniBand allows 2^31; many ports say 2^30).
+constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 30;
+static_assert(2 * kMaxInflight <= (1 << ShortImm::kSeqBits), "a short immediate's seq must unwrap unambiguously");
+
+} // namespace
+
+VerbsSendPath::VerbsSendPath(std::unique_ptr<QpSet> qps, PathIdentity id)
+    : eng_(std::move(qps), std::move(id)), qps_fd_(eng_.qps().fd())
+{
+    eng_.qps().rearm(true);
+}
+
+VerbsSendPath::~VerbsSendPath() = default;
+
+void VerbsSendPath::begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id)
+{
+    gen_ = gen;
+    queue_.clear(); // the core posts every unacknowledged message again
+    awaiting_holding_ = true;
+    Ctl h;
+    h.kind = Ctl::kGeneration;
+    h.gen = gen;
+    h.a = first_seq;
+    h.b = abandoned_id;
+    h.count = static_cast<uint8_t>(abandoned >= 0 ? abandoned + 1 : 0);
+    eng_.control(h);
+}
+
+void VerbsSendPath::post(const OutMessage &m)
+{
+    queue_.push_back(m);
+}
+
+bool VerbsSendPath::idle() const
+{
+    return queue_.empty() && in_flight_n_ == 0 && !awaiting_holding_;
+}
+
+uint64_t VerbsSendPath::oldest_referenced() const
+{
+    if (in_flight_n_ == 0) return ~0ull;
+    uint64_t oldest = ~0ull;
+    for (const Flight &f : flight_)
+        if (f.on) oldest = std::min(oldest, f.seq);
+    return oldest;
+}
+
+void VerbsSendPath::probe()
+{
+    if (!idle() || eng_.ctl_pending()) return;
+    Ctl h;
+    h.kind = Ctl::kProbe;
+    h.gen = gen_;
+    eng_.control(h);
+}
+
+void VerbsSendPath::goodbye()
+{
+    Ctl h;
+    h.kind = Ctl::kGoodbye;
+    eng_.control(h);
+}
+
+void VerbsSendPath::sabotage()
+{
+    eng_.qps().to_error();
+}
+
+bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
+{
+    QpSet &q = eng_.qps();
+    const int slot = eng_.identity().slot;
+    const FabricMr *mr = m.mr != nullptr ? m.mr->on(eng_.identity().dev) : nullptr;
+    if (m.size > 0 && (mr == nullptr || !m.mr->covers(m.data, m.size))) {
+        *err = -EINVAL;
+        *why = "isend of " + std::to_string(m.size) + " bytes from memory not registered on dev " +
+               eng_.identity().dev_name + " (regMr with this comm first)";
+        return false;
+    }
+    if (m.size > 0 && m.dest.rkey[static_cast<size_t>(slot)] == 0) {
+        *err = -EINVAL;
+        *why = "the receiver's buffer for seq " + std::to_string(m.seq) +
+               " is not registered on the device of this path";
+        return false;
+    }
+    // A message of at most ShortImm::kMaxSize bytes is one write with immediate into the
+    // advertised buffer; a larger one is payload writes, then its record.
+    const bool brief = ShortImm::fits(m.size);
+    const uint64_t chunks = brief ? 0 : (m.size + kMaxWriteBytes - 1) / kMaxWriteBytes;
+    const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
+    const int qi = eng_.next_qp();
+    if (eng_.sq_used(qi) + wrs > kSendDepth) return false; // full: later
+    std::array<ibv_sge, 3> sge{};
+    std::array<ibv_send_wr, 3> wr{};
+    const uint32_t rkey = m.dest.rkey[static_cast<size_t>(slot)];
+    // The one signaled work request, last on the QP: its completion is the message's ack.
+    auto completing = [&](size_t k, uint64_t local, uint32_t len, uint32_t lkey, uint32_t imm, uint64_t raddr,
+                          uint32_t rk) {
+        sge[k] = ibv_sge{local, len, lkey};
+        wr[k].wr_id = WrId::make(WrId::kRecord, m.seq);
+        wr[k].sg_list = &sge[k];
+        wr[k].num_sge = len > 0 ? 1 : 0;
+        wr[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr[k].send_flags = IBV_SEND_SIGNALED;
+        wr[k].imm_data = htonl(imm);
+        wr[k].wr.rdma.remote_addr = raddr;
+        wr[k].wr.rdma.rkey = rk;
+    };
+    if (brief) {
+        completing(0, reinterpret_cast<uintptr_t>(m.data), static_cast<uint32_t>(m.size), mr != nullptr ? mr->lkey : 0,
+                   ShortImm::encode(m.seq, m.entry), m.dest.addr, rkey);
+    } else {
+        size_t k = 0;
+        for (uint64_t c = 0; c < chunks; ++c, ++k) {
+            const uint64_t off = c * kMaxWriteBytes;
+            const uint64_t len = std::min<uint64_t>(kMaxWriteBytes, m.size - off);
+            sge[k] = ibv_sge{reinterpret_cast<uintptr_t>(m.data + off), static_cast<uint32_t>(len), mr->lkey};
+            wr[k].wr_id = WrId::make(WrId::kData, m.seq);
+            wr[k].sg_list = &sge[k];
+            wr[k].num_sge = 1;
+            wr[k].opcode = IBV_WR_RDMA_WRITE;
+            wr[k].wr.rdma.remote_addr = m.dest.addr + off;
+            wr[k].wr.rdma.rkey = rkey;
+        }
+        Record rec;
+        rec.seq = m.seq;
+        rec.gen = gen_;
+        rec.size = static_cast<uint32_t>(m.size);
+        rec.tag = m.tag;
+        rec.entry = static_cast<uint8_t>(m.entry);
+        rec.encode(q.out_record(m.seq));
+        completing(k, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes, q.lkey(),
+                   static_cast<uint32_t>(m.seq) & Record::kImmSeqMask,
+                   q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes, q.remote().ring_rkey);
+    }
+    for (size_t i = 0; i + 1 < wrs; ++i) wr[i].next = &wr[i + 1];
+    ibv_send_wr *bad = nullptr;
+    if (int rc = q.qp(qi).post_send(&wr[0], &bad); rc != 0) {
+        *err = rc;
+        *why = std::string("posting a message failed: ") + strerror(-rc);
+        return false;
+    }
+    eng_.sq_used(qi) += wrs;
+    flight_[m.seq % kMaxInflight] = Flight{m.seq, static_cast<uint8_t>(qi), static_cast<uint8_t>(wrs), true};
+    ++in_flight_n_;
+    return true;
+}
+
+void VerbsSendPath::on_record_done(uint64_t seq, SendSink &sink)
+{
+    Flight &f = flight_[seq % kMaxInflight];
+    if (f.on && f.seq == seq) {
+        // The record (a short message: its one write) was the last work request of the
+        // message on its QP and the only signaled one: its completion retires the unsignaled
+        // payload writes before it.
+        f.on = false;
+        --in_flight_n_;
+        eng_.sq_used(f.qp) -= f.wrs;
+    }
+    sink.held(seq); // RC: the receiver's memory holds payload and record
+}
+
+void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendSink &sink, PathStatus *st)
+{
+    (void)len;
+    switch (h.kind) {
+    case Ctl::kCts: {
+        const CtsGroup g = decode_cts(h, p);
+        if (sink.cts(g) != 0)
+            eng_.fail(st, -EPROTO, "the receiver's CTS group " + std::to_string(g.index) + " contradicts the protocol", true);
+        return;
+    }
+    case Ctl::kHolding: {
+        if (!awaiting_holding_ || h.gen != gen_) return; // the answer to an older generation
+        const Holding hold = decode_holding(h, p);
+        sink.acked(hold.floor);
+        // Never write a message the receiver holds: its buffer may be NCCL's again.
+        std::deque<OutMessage> keep;
+        for (const OutMessage &m : queue_) {
+            if (hold.has(m.seq)) sink.held(m.seq);
+            else keep.push_back(m);
+        }
+        queue_.swap(keep);
+        awaiting_holding_ = false;
+        return;
+    }
+    case Ctl::kHeartbeat:
+        return;
+    case Ctl::kFailoverRequest:
+        st->failover_requested = true;
+        st->failed_slot = static_cast<uint32_t>(h.a);
+        return;
+    case Ctl::kGoodbye:
+        st->peer_closed = true;
+        return;
+    default:
+        eng_.fail(st, -EPROTO, "unexpected control message from the receiver", true);
+        return;
+    }
+}
+
+PathStatus VerbsSendPath::progress(SendSink &sink)
+{
+    PathStatus st;
+    if (bad_ != 0) {
+        eng_.fail(&st, bad_, bad_why_, true);
+        return st;
+    }
+    auto on = [&](const ibv_wc &w, int) {
+        const uint64_t kind = WrId::kind(w.wr_id);
+        if (kind == WrId::kRecord) {
+            on_record_done(WrId::value(w.wr_id), sink);
+            return true;
+        }
+        if (kind == WrId::kRecv) {
+            const uint64_t v = WrId::value(w.wr_id);
+            const uint8_t *m = eng_.qps().recv_slot(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff));
+            Ctl h;
+            if (w.opcode != IBV_WC_RECV) {
+                eng_.fail(&st, -EPROTO, "a write with immediate arrived at the sending side", true);
+                return false;
+            }
+            if (const char *bad = h.decode(m, w.byte_len)) {
+                eng_.fail(&st, -EPROTO, std::string("control message from the receiver: ") + bad, true);
+                return false;
+            }
+            on_control(h, m + Ctl::kSize, w.byte_len - Ctl::kSize, sink, &st);
+            return !eng_.failed();
+        }
+        return true;
+    };
+    if (!eng_.poll(&st, on)) return st;
+    if (!awaiting_holding_) {
+        while (!queue_.empty()) {
+            int err = 0;
+            std::string why;
+            if (!transmit(queue_.front(), &err, &why)) {
+                if (err != 0) {
+                    eng_.fail(&st, err, why, err == -EINVAL);
+                    return st;
+                }
+                break; // no room on the QP: after completions
+            }
+            queue_.pop_front();
+        }
+    }
+    if (!eng_.flush_control(&st)) return st;
+    if (!eng_.poll(&st, on)) return st;
+    return st;
+}
+
+} // namespace vigil::net::verbs_fabric
