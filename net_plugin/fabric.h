@@ -272,7 +272,10 @@ struct Holding {
 };
 
 /// Implemented by the receiving core, one per path slot; called by a receive path from inside
-/// progress(), with the comm's lock held.
+/// progress(), drain() or fence(), with the comm's lock held. A sink never calls back into
+/// any path: what its calls mean for paths (acks, fencing a path the sender left, draining
+/// the others, the answer to a generation notice) the core applies after the path's call
+/// returns, so a path is never re-entered, nor a sibling driven, while one is on the stack.
 class RecvSink
 {
 public:
@@ -295,12 +298,13 @@ public:
     virtual int landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
     /// The sender's generation notice (SendPath::begin): from sequence number `first_seq` on,
     /// messages come in generation `gen`; `abandoned` is the slot it left because it failed
-    /// (-1: none) and `abandoned_id` that path's id (0: unknown). Returns what the receiver
-    /// holds once that path is fenced and every other live path drained (RecvPath::drain):
-    /// every write of an older generation that will ever land has landed and is counted, so a
-    /// fabric whose writes cannot be discarded (RDMA) tells the sender which messages not to
-    /// replay.
-    virtual Holding generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
+    /// (-1: none) and `abandoned_id` that path's id (0: unknown). The generation counts at
+    /// once for the frames that follow. Once the path's call returned, the core fences that
+    /// path, drains every other live path (RecvPath::drain) and calls RecvPath::answer() on
+    /// this one with what it then holds: every write of an older generation that will ever
+    /// land has landed and is counted, so a fabric whose writes cannot be discarded (RDMA)
+    /// tells the sender which messages not to replay.
+    virtual void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
     /// A whole message, `size` bytes of message `seq` for entry `entry` with tag `tag`, sent
     /// in generation `gen`, is in place in its buffer: a fabric whose sender writes payloads
     /// straight into the advertised buffers (RDMA) learns this from a record that follows
@@ -334,9 +338,16 @@ public:
     /// Tells the sender that group `g` is posted. Queued in order behind earlier ones; never
     /// blocks.
     virtual void advertise(const CtsGroup &g) = 0;
-    /// Tells the sender that every seq below `ack_seq` is held, as seen at generation `gen`.
-    /// Coalesces; never blocks.
+    /// Tells the sender that every seq below `ack_seq` is held, as seen at generation `gen`:
+    /// sent now where the fabric can (the core calls it once per progress that moved the
+    /// window, after the path's progress() returned). Coalesces; never blocks.
     virtual void ack(uint64_t ack_seq, uint32_t gen) = 0;
+    /// The receiver's answer to generation `gen`'s notice (RecvSink::generation), given after
+    /// the progress() that reported it: `h` is what it holds. A fabric whose sender writes
+    /// into the receiver's buffers (RDMA) sends it, and its sender writes nothing of the new
+    /// generation before it arrives; TCP, whose receiver discards what it holds, needs none.
+    /// Never blocks.
+    virtual void answer(uint32_t /*gen*/, const Holding & /*h*/) {}
     /// Asks the sender to leave path `failed_slot` of this connection (sent on this path,
     /// which must be another one). Naming the slot, not a generation, keeps the request valid
     /// when this side has not seen the sender's newest generation yet. Never blocks.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// recvComm: CTS advertisement, frame placement and completion, acks, and the receiving side
-// of failover (generations, fencing, rebuilt paths).
+// recvComm: posting receives (CTS advertisement), frame placement and completion, acks,
+// iflush, and the progress loop. The failover state machine is in recv_failover.cc.
 #include "recv_comm.h"
 
 #include <algorithm>
@@ -20,6 +20,7 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
       flushers_(std::move(paths.flushers))
 {
     const uint64_t now = now_ns();
+    notices_.reserve(2 * kMaxPaths); // a notice per path per progress, nearly always
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &p = paths_[i];
         p.sink.comm = this;
@@ -27,7 +28,7 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
         if (!paths.paths[i]) continue;
         p.path = std::move(paths.paths[i]);
         p.desc = p.path->identity().describe();
-        p.alive = true;
+        p.state = RecvSlotState::kLive;
         p.last_heard_ns = now;
         p.tm = PathTelemetry::make(tcfg_, Direction::kRecv, p.path->identity(), this);
         if (i != kPrimary && p.tm) p.tm->meter.set_state(now, telemetry::kStandby, gen_);
@@ -118,9 +119,9 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
     next_post_seq_ += static_cast<uint64_t>(n);
     r->state.store(Request::kPending, std::memory_order_relaxed);
     // Clear to send, on every live path: whichever survives, the sender has the group.
+    // Nothing else: what arrives is read by test() and the progress engine.
     for (PathSlot &p : paths_)
-        if (p.alive) p.path->advertise(cts);
-    progress_locked();
+        if (p.live()) p.path->advertise(cts);
     *out = r;
     return 0;
 }
@@ -216,6 +217,7 @@ void RecvComm::complete_locked(Request *r) noexcept
 }
 
 // ---- Placement (called by the paths through their SlotSink) ---------------------------------
+// A sink call only changes this comm: what it means for other paths waits for settle_locked().
 
 Placement RecvComm::SlotSink::locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
 {
@@ -232,15 +234,6 @@ int RecvComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
     return comm->landed(slot, seq, len, gen);
 }
 
-Holding RecvComm::SlotSink::generation(uint32_t gen, uint64_t /*first_seq*/, int abandoned, uint64_t abandoned_id)
-{
-    comm->notice_locked(slot, gen, abandoned, abandoned_id);
-    // Writes that landed on another path (a backup left at failback, idle at the sender but
-    // not yet polled here) count before the answer: the sender must not write them again.
-    comm->drain_others_locked(slot);
-    return comm->holding_locked();
-}
-
 int RecvComm::SlotSink::whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
 {
     return comm->whole(slot, gen, seq, tag, size, entry);
@@ -249,12 +242,6 @@ int RecvComm::SlotSink::whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t 
 int RecvComm::SlotSink::whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry)
 {
     return comm->whole_short(slot, gen, seq_residue, bits, size, entry);
-}
-
-void RecvComm::drain_others_locked(int except) noexcept
-{
-    for (int i = 0; i < kMaxPaths; ++i)
-        if (i != except && paths_[i].alive) paths_[i].path->drain(paths_[i].sink);
 }
 
 Holding RecvComm::holding_locked() const noexcept
@@ -363,128 +350,20 @@ int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept
     const uint64_t old = floor_;
     while (floor_ < next_post_seq_ && msgs_[floor_ % kMaxInflight].complete)
         msgs_[floor_++ % kMaxInflight] = MsgSlot{};
-    if (floor_ != old)
-        for (PathSlot &p : paths_)
-            if (p.alive) p.path->ack(floor_, gen_);
+    if (floor_ != old) ack_due_ = true; // told to every live path by settle_locked()
     return 0;
-}
-
-void RecvComm::adopt_generation_locked(int slot, uint32_t gen) noexcept
-{
-    // The sender switched paths and replays every message it has no ack for, whole: forget
-    // the partial progress of incomplete messages (their bytes get rewritten identically).
-    gen_ = gen;
-    for (uint64_t s = floor_; s < next_post_seq_; ++s) {
-        MsgSlot &m = msgs_[s % kMaxInflight];
-        if (!m.complete) m.got = 0;
-    }
-    const uint64_t now = now_ns();
-    if (active_path_ != slot) {
-        PathTelemetry *old = paths_[active_path_].tm.get();
-        if (old && paths_[active_path_].alive) old->meter.set_state(now, telemetry::kStandby, gen_);
-    }
-    active_path_ = slot;
-    if (PathTelemetry *tm = paths_[slot].tm.get()) tm->meter.set_state(now, telemetry::kActive, gen_);
-}
-
-void RecvComm::notice_locked(int slot, uint32_t gen, int abandoned, uint64_t abandoned_id) noexcept
-{
-    if (gen < gen_) return; // overtaken by a later switch
-    if (gen > gen_) adopt_generation_locked(slot, gen);
-    if (abandoned < 0 || abandoned >= kMaxPaths || abandoned == slot || !paths_[abandoned].alive) return;
-    // A notice that lagged behind a rebuild names the path the slot held then, not this one.
-    if (abandoned_id != 0 && paths_[abandoned].path->identity().id != abandoned_id) return;
-    // The sender left that path after a failure and replays its messages here: whatever the
-    // old path still carries must never reach a buffer again (an RDMA write cannot be
-    // discarded once it lands); losing it fences it.
-    lose_path_locked(abandoned, "the sender left it (generation " + std::to_string(gen) + ")",
-                     false, false);
-}
-
-// ---- Paths ---------------------------------------------------------------------------------
-
-void RecvComm::fail_path(int slot, const std::string &cause) noexcept
-{
-    std::lock_guard<std::mutex> g(mu_);
-    if (slot < 0 || slot >= kMaxPaths || !paths_[slot].alive) return;
-    for (int i = 0; i < kMaxPaths; ++i)
-        if (i != slot && paths_[i].alive) paths_[i].path->request_failover(static_cast<uint32_t>(slot));
-    lose_path_locked(slot, cause, false, false);
-    progress_locked();
-}
-
-void RecvComm::port_down(int dev, const std::string &cause) noexcept
-{
-    std::lock_guard<std::mutex> g(mu_);
-    for (int slot = 0; slot < kMaxPaths; ++slot) {
-        if (!paths_[slot].alive || paths_[slot].path->identity().dev != dev) continue;
-        for (int i = 0; i < kMaxPaths; ++i)
-            if (i != slot && paths_[i].alive && paths_[i].path->identity().dev != dev)
-                paths_[i].path->request_failover(static_cast<uint32_t>(slot));
-        lose_path_locked(slot, cause, false, false);
-    }
-    progress_locked();
-}
-
-void RecvComm::lose_path_locked(int i, const std::string &why, bool orderly, bool eof) noexcept
-{
-    PathSlot &p = paths_[i];
-    p.alive = false;
-    p.orderly = orderly;
-    p.eof = eof;
-    // Nothing of this path may land after this; what landed before still counts.
-    p.path->fence(p.sink);
-    if (p.tm) p.tm->meter.set_state(now_ns(), telemetry::kDead, gen_);
-    watch(*p.path, false);
-    bool any = false;
-    for (const PathSlot &s : paths_) any = any || s.alive;
-    if (orderly) {
-        peer_closed_ = true;
-    } else {
-        telemetry::record_event(telemetry::EventType::kPathLost, p.desc + ": " + why);
-        VLOG_WARN("host %s: path lost: %s: %s%s", host_name(), p.desc.c_str(), why.c_str(),
-                  any ? "; the connection goes on over its other path" : "; no path left");
-    }
-    if (!any) no_path_since_ns_ = now_ns();
-}
-
-void RecvComm::accept_rebuilt_locked(uint64_t now) noexcept
-{
-    if (!acceptor_ || now < next_accept_poll_ns_) return;
-    // Paths the sender rebuilt (failback, a lost backup), polled at the engine's tick rate.
-    next_accept_poll_ns_ = now + ProgressEngine::kTickNs;
-    std::unique_ptr<RecvPath> np;
-    acceptor_->poll(&np);
-    if (!np) return;
-    const int slot = np->identity().slot;
-    if (slot < 0 || slot >= kMaxPaths) return;
-    PathSlot &ps = paths_[slot];
-    // The sender gave up the path this one replaces, whatever this side has seen of that.
-    if (ps.alive) lose_path_locked(slot, "replaced by a path the sender rebuilt", false, false);
-    ps.path = std::move(np);
-    watch(*ps.path, true);
-    ps.desc = ps.path->identity().describe();
-    ps.tm.reset();
-    ps.tm = PathTelemetry::make(tcfg_, Direction::kRecv, ps.path->identity(), this);
-    if (ps.tm) ps.tm->meter.set_state(now, telemetry::kStandby, gen_);
-    ps.alive = true;
-    ps.orderly = ps.eof = false;
-    ps.last_heard_ns = ps.last_beat_ns = now;
-    ps.path->ack(floor_, gen_);
-    readvertise_locked(slot);
-    VLOG_INFO(NCCL_NET, "host %s: path rebuilt by the peer: %s", host_name(), ps.desc.c_str());
 }
 
 void RecvComm::rearm_locked(bool arm) noexcept
 {
     for (PathSlot &p : paths_)
-        if (p.alive) p.path->rearm(arm);
+        if (p.live()) p.path->rearm(arm);
 }
 
 void RecvComm::goodbye_locked() noexcept
 {
     for (PathSlot &p : paths_)
-        if (p.alive) p.path->goodbye();
+        if (p.live()) p.path->goodbye();
 }
 
 void RecvComm::progress_locked() noexcept
@@ -493,57 +372,21 @@ void RecvComm::progress_locked() noexcept
     const uint64_t now = now_ns();
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &p = paths_[i];
-        if (!p.alive) continue;
+        if (!p.live()) continue;
         if (since(now, p.last_beat_ns) > cfg_.probe_interval_ns) {
             p.path->heartbeat();
             p.last_beat_ns = now;
         }
-        PathStatus st = p.path->progress(p.sink);
+        const PathStatus st = p.path->progress(p.sink);
+        settle_locked(); // what the sink queued, now that the path's call returned
         if (p.tm) p.tm->meter.advance(now);
         if (st.heard) p.last_heard_ns = now;
-        if (st.error != 0 && (st.fatal || st.error == -EMSGSIZE || st.error == -EPROTO)) {
-            // The peer broke the protocol: no other path can make this right.
-            fail_locked(st.error, p.desc + ": " + st.detail);
-            return;
-        }
-        if (st.error != 0)
-            lose_path_locked(i, st.detail + " (" + strerror(-st.error) + ")", false, st.peer_eof);
-        else if (st.peer_closed)
-            lose_path_locked(i, "closed by the sender", true, false);
-        else if (next_post_seq_ > floor_ && since(now, p.last_heard_ns) > cfg_.stall_timeout_ns)
-            // The sender probes quiet paths every probe interval: with receives pending,
-            // silence this long means the path (or the peer) is gone.
-            lose_path_locked(i, "silent: nothing heard for " +
-                                    std::to_string(since(now, p.last_heard_ns) / 1000000) +
-                                    " ms with receives pending", false, false);
+        if (!judge_path_locked(i, st, now)) return;
     }
     accept_rebuilt_locked(now);
+    settle_locked();
     progress_flushes_locked();
-    bool any = false, all_eof = true;
-    for (const PathSlot &p : paths_) {
-        if (!p.path) continue;
-        any = any || p.alive;
-        all_eof = all_eof && !p.alive && p.eof;
-    }
-    if (any && !peer_closed_) {
-        no_path_since_ns_ = 0;
-        return;
-    }
-    const uint64_t outstanding = next_post_seq_ - floor_;
-    if (peer_closed_) {
-        // The sender's closeSend: receives it never matched will not be.
-        if (outstanding > 0 && !any)
-            fail_locked(-ECONNRESET, describe() + ": the sender closed the connection with " +
-                                         std::to_string(outstanding) + " receives outstanding");
-        return;
-    }
-    if (outstanding == 0) return;
-    if (all_eof)
-        fail_locked(-ECONNRESET, describe() + ": every path was closed without a goodbye (the "
-                                              "sender's process is gone)");
-    else if (since(now, no_path_since_ns_) > cfg_.fatal_timeout_ns)
-        fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
-                                     std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");
+    judge_connection_locked(now);
 }
 
 } // namespace vigil::net

@@ -3,26 +3,58 @@
 // its paths receive, completes requests and acknowledges them. The receiving side of the
 // failover protocol: it adopts the sender's newer generations, fences the path the sender
 // left after a failure, asks the sender to leave a path whose local port failed, and takes
-// the paths the sender rebuilt.
+// the paths the sender rebuilt. Split by concern: recv_comm.cc (posting, placement,
+// completion, acks, iflush), recv_failover.cc (the state machine below).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm.h"
 
 namespace vigil::net {
 
-/* Receiving side, per path slot: alive (reading, acking, advertising on it) or dead.
- * Messages of generation g < gen_ are discarded; the first sign of a newer generation (the
- * sender's notice, or a frame) resets the partial progress of every incomplete message (the
- * sender replays them whole) and bytes of completed messages are never written again
- * (invariant 2). Every CTS group goes out on every live path, and a path the sender rebuilt
- * first gets every group still outstanding, so whichever path survives, the sender has every
- * group; it drops the repeats by index.
+/* The receiving side's failover state machine.
+ *
+ * States of each path slot (RecvSlotState):
+ *   kNone     no path: never connected (no backup); a path the sender rebuilds fills it
+ *   kLive     reading, acknowledging and advertising on it
+ *   kLost     failed here (error, silence with receives pending, local port down), left by
+ *             the sender after a failure (its generation notice names it), or replaced by a
+ *             path the sender rebuilt; fenced: nothing of it lands any more
+ *   kClosed   ended by the sender's goodbye (closeSend), every stream finished
+ *   kGone     closed by the sender without a goodbye: its process is gone
+ *
+ * Transitions:
+ *   kLive --error | silence for stall_timeout with receives pending | local port down
+ *       (the sender is asked, on another live path, to leave it) | the sender's generation
+ *       notice names it | a rebuilt path replaces it--> kLost, fenced (RecvPath::fence).
+ *   kLive --goodbye and every stream ended--> kClosed: the sender closed the connection.
+ *   kLive --the sender's streams ended without a goodbye--> kGone.
+ *   any --a path the sender rebuilt is accepted--> kLive: the current ack goes out on it and
+ *       every group not yet complete is advertised on it again, oldest first.
+ *
+ * Generations: messages of generation g < gen_ are discarded; the first sign of a newer
+ * generation (the sender's notice, or a frame) resets the partial progress of every
+ * incomplete message (the sender replays them whole) and bytes of completed messages are
+ * never written again (invariant 2). Every CTS group goes out on every live path, so
+ * whichever path survives, the sender has every group; it drops the repeats by index.
+ *
+ * Connection, after every progress: a kLive slot and no goodbye: nothing to judge. After a
+ * goodbye, receives never matched fail once no slot is live. No slot live with receives
+ * outstanding: fail at once when every slot is kGone (the sender's process is gone), else
+ * after fatal_timeout without a path.
+ *
+ * Re-entrancy: a path reports through its SlotSink while its progress(), drain() or fence()
+ * is on the stack; the sink only changes this comm's state and queues what other paths must
+ * do. The acks, the fence of a path a generation notice names, the drain of the others and
+ * the answer to the notice run in settle_locked(), after the path's call returned.
  */
+enum class RecvSlotState : uint8_t { kNone, kLive, kLost, kClosed, kGone };
+
 class RecvComm final : public Comm
 {
 public:
@@ -67,20 +99,26 @@ private:
         Placement locate(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) override;
         bool still_wanted(uint32_t gen, uint64_t seq) override;
         int landed(uint64_t seq, uint64_t len, uint32_t gen) override;
-        Holding generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) override;
+        void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) override;
         int whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) override;
         int whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry) override;
     };
     struct PathSlot {
         std::unique_ptr<RecvPath> path;
         std::unique_ptr<PathTelemetry> tm; // null with telemetry off
-        bool alive = false;
-        bool orderly = false; // ended by the peer's goodbye, not by a failure
-        bool eof = false;     // ended by the peer closing it without a goodbye
+        RecvSlotState state = RecvSlotState::kNone;
+        bool live() const { return state == RecvSlotState::kLive; }
         uint64_t last_heard_ns = 0;
         uint64_t last_beat_ns = 0;
         std::string desc;
         SlotSink sink;
+    };
+    /// A generation notice a path reported, for settle_locked().
+    struct Notice {
+        int slot = 0;           // the path it came on
+        uint32_t gen = 0;
+        int abandoned = -1;     // the slot the sender left after a failure (-1: none)
+        uint64_t abandoned_id = 0;
     };
     /// One message of a posted group: ring slot seq % kMaxInflight.
     struct MsgSlot {
@@ -96,6 +134,7 @@ private:
     size_t nfds() const noexcept override;
     int fd(size_t i) const noexcept override;
 
+    // ---- posting, placement, completion (recv_comm.cc) ----
     Placement locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry);
     /// Binds message `seq` to buffer `entry` on its first frame, or checks a later frame
     /// against that binding. 0, or -EPROTO / -EMSGSIZE.
@@ -103,17 +142,11 @@ private:
     bool still_wanted(uint32_t gen, uint64_t seq) const;
     int landed(int slot, uint64_t seq, uint64_t len, uint32_t gen);
     /// `len` more bytes of message `seq` are in place (through path `slot`); completes it and
-    /// its request when all are, and acknowledges. 0 or -EPROTO.
+    /// its request when all are. A floor that moves makes an ack due (settle_locked()).
+    /// 0 or -EPROTO.
     int add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept;
     int whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry);
     int whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry);
-    /// Drains every live path but `except` (RecvPath::drain).
-    void drain_others_locked(int except) noexcept;
-    void adopt_generation_locked(int slot, uint32_t gen) noexcept;
-    void notice_locked(int slot, uint32_t gen, int abandoned, uint64_t abandoned_id) noexcept;
-    Holding holding_locked() const noexcept;
-    void lose_path_locked(int i, const std::string &why, bool orderly, bool eof) noexcept;
-    void accept_rebuilt_locked(uint64_t now) noexcept;
     /// Advertises every group not yet complete on path `i`, oldest first.
     void readvertise_locked(int i) noexcept;
     void complete_locked(Request *r) noexcept;
@@ -121,6 +154,28 @@ private:
     Request *free_request() noexcept;
     /// Completes the flush requests whose reads completed.
     void progress_flushes_locked() noexcept;
+    /// What this side holds: every seq below floor_, and the completed ones above it.
+    Holding holding_locked() const noexcept;
+
+    // ---- the state machine (recv_failover.cc) ----
+    /// Applies what the sinks queued while a path's call was on the stack: generation
+    /// notices (fence the path named, drain the others, answer on the notice's path), then
+    /// the ack on every live path when the floor moved. Never called from inside a path.
+    void settle_locked() noexcept;
+    /// The newest generation seen is `gen` (> gen_), on path `slot`: forget the partial
+    /// progress of incomplete messages (replays rewrite them whole).
+    void adopt_generation_locked(int slot, uint32_t gen) noexcept;
+    /// kLive slot `slot` after one progress(): its status `st` moves it to kLost, kClosed
+    /// or kGone, or silence for stall_timeout with receives pending to kLost. False when
+    /// the connection failed (a fatal status).
+    bool judge_path_locked(int slot, const PathStatus &st, uint64_t now) noexcept;
+    /// The connection-wide verdict once every path was progressed (see the comment above).
+    void judge_connection_locked(uint64_t now) noexcept;
+    /// Drains every live path but `except` (RecvPath::drain).
+    void drain_others_locked(int except) noexcept;
+    /// kLive slot `i` ends in `to` (kLost, kClosed or kGone): fenced, unwatched, logged.
+    void lose_path_locked(int i, const std::string &why, RecvSlotState to) noexcept;
+    void accept_rebuilt_locked(uint64_t now) noexcept;
 
     std::array<PathSlot, kMaxPaths> paths_;
     FailoverConfig cfg_;
@@ -136,8 +191,10 @@ private:
     uint64_t next_group_ = 0;    // index of the next irecv's CTS group
     uint64_t next_post_seq_ = 0; // seq the next irecv's first buffer covers
     uint64_t floor_ = 0;         // every seq below is complete
-    bool peer_closed_ = false;
-    uint64_t no_path_since_ns_ = 0;
+    bool ack_due_ = false;       // floor_ moved since the paths were last told
+    std::vector<Notice> notices_; // reported by a path, not yet settled
+    bool peer_closed_ = false;   // a slot went kClosed: the sender closed the connection
+    uint64_t no_path_since_ns_ = 0; // when the last kLive slot was lost (0: one is live)
 };
 
 } // namespace vigil::net

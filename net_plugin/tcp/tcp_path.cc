@@ -350,45 +350,49 @@ void TcpSendPath::read_back(SendSink &sink, PathStatus *st)
         back_lo_ += want;
         if (back_lo_ == back_hi_) back_lo_ = back_hi_ = 0;
         st->heard = true;
-        switch (h.kind) {
-        case BackHeader::kAck:
-            sink.acked(h.value); // acks of any generation are true statements
-            // Wait time of the newest ack: the receiver's ack delay, plus how long the ack
-            // has sat unread here (measured once, in progress()). A heartbeat repeats an
-            // ack without its delay: the first copy read dates it, the largest delay counts.
-            if (h.value != st->wait_ack || ack_rx_ns_ == 0) {
-                st->wait_ack = h.value;
-                st->wait_ns = 0;
-                ack_rx_ns_ = back_rx_ns_;
-            }
-            st->wait_ns =
-                std::max<uint64_t>(st->wait_ns, static_cast<uint64_t>(h.delay_us) * 1000);
-            st->wait_stalled_ns = st->wait_ns;
-            break;
-        case BackHeader::kFailoverRequest:
-            st->failover_requested = true;
-            st->failed_slot = h.arg;
-            break;
-        case BackHeader::kGoodbye:
-            goodbye_seen_ = true;
-            st->peer_closed = true;
-            return;
-        case BackHeader::kCts: {
-            CtsGroup g;
-            if (const char *bad = decode_cts(h, msg + BackHeader::kSize, &g)) {
-                fail(st, -EPROTO, std::string("the receiver's CTS: ") + bad, true);
-                return;
-            }
-            if (sink.cts(g) != 0) {
-                fail(st, -EPROTO, "the receiver's CTS group " + std::to_string(g.index) +
-                                      " contradicts the protocol", true);
-                return;
-            }
-            break;
+        if (!on_back(h, msg, sink, st)) return;
+    }
+}
+
+bool TcpSendPath::on_back(const BackHeader &h, const uint8_t *msg, SendSink &sink, PathStatus *st)
+{
+    switch (h.kind) {
+    case BackHeader::kAck:
+        sink.acked(h.value); // acks of any generation are true statements
+        // Wait time of the newest ack: the receiver's ack delay, plus how long the ack has sat
+        // unread here (measured once, in progress()). A heartbeat repeats an ack without its
+        // delay: the first copy read dates it, the largest delay counts.
+        if (h.value != st->wait_ack || ack_rx_ns_ == 0) {
+            st->wait_ack = h.value;
+            st->wait_ns = 0;
+            ack_rx_ns_ = back_rx_ns_;
         }
-        default:
-            break; // decode() admits no other kind
+        st->wait_ns = std::max<uint64_t>(st->wait_ns, static_cast<uint64_t>(h.delay_us) * 1000);
+        st->wait_stalled_ns = st->wait_ns;
+        return true;
+    case BackHeader::kFailoverRequest:
+        st->failover_requested = true;
+        st->failed_slot = h.arg;
+        return true;
+    case BackHeader::kGoodbye:
+        goodbye_seen_ = true;
+        st->peer_closed = true;
+        return false;
+    case BackHeader::kCts: {
+        CtsGroup g;
+        if (const char *bad = decode_cts(h, msg + BackHeader::kSize, &g)) {
+            fail(st, -EPROTO, std::string("the receiver's CTS: ") + bad, true);
+            return false;
         }
+        if (sink.cts(g) != 0) {
+            fail(st, -EPROTO, "the receiver's CTS group " + std::to_string(g.index) +
+                                  " contradicts the protocol", true);
+            return false;
+        }
+        return true;
+    }
+    default:
+        return true; // decode() admits no other kind
     }
 }
 
@@ -407,7 +411,7 @@ PathStatus TcpSendPath::progress(SendSink &sink)
 // ---- receive ----------------------------------------------------------------------------
 
 TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, PathIdentity id)
-    : id_(std::move(id)), last_pass_ns_(now_ns())
+    : id_(std::move(id)), last_pass_ns_(now_ns()), prev_pass_ns_(last_pass_ns_)
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -464,110 +468,113 @@ bool TcpRecvPath::pump(Stream &s, RecvSink &sink, PathStatus *st)
 {
     bool moved = false;
     for (;;) {
-        if (s.state == Stream::kHeader) {
-            if (s.hi - s.lo >= FrameHeader::kSize) {
-                if (const char *bad = s.h.decode(s.stage.get() + s.lo, kMaxMessageBytes)) {
-                    fail(st, -EPROTO, bad, true);
-                    return moved;
-                }
-                s.lo += FrameHeader::kSize;
-                moved = true;
-                if (!on_header(s, sink, st)) return moved;
-                continue;
-            }
-            if (s.eof) {
-                if (s.hi != s.lo) fail(st, -ECONNRESET, "connection closed inside a frame header");
-                return moved;
-            }
-            if (s.lo > 0) {
-                std::memmove(s.stage.get(), s.stage.get() + s.lo, s.hi - s.lo);
-                s.hi -= s.lo;
-                s.lo = 0;
-            }
-            ssize_t n = recv_stream(s, s.stage.get() + s.hi, kStageBytes - s.hi);
-            if (n > 0) {
-                s.hi += static_cast<size_t>(n);
-                moved = true;
-                st->heard = true;
-                continue;
-            }
-            if (n == 0) {
-                s.eof = true;
-                continue;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
-            if (errno == EINTR) continue;
-            lost_stream(st, errno);
-            return moved;
-        }
-        // kPayload. Ask before every write: a newer generation or a completed message turns
-        // the rest of the frame into a discard (invariant 2).
-        if (s.remaining > 0 && !s.discard && !sink.still_wanted(s.h.gen, s.h.seq)) s.discard = true;
-        if (s.remaining > 0) {
-            if (s.hi > s.lo) {
-                const size_t k = static_cast<size_t>(std::min<uint64_t>(s.hi - s.lo, s.remaining));
-                if (!s.discard) {
-                    std::memcpy(s.dest, s.stage.get() + s.lo, k);
-                    s.dest += k;
-                }
-                s.lo += k;
-                s.remaining -= k;
-                moved = true;
-            } else {
-                if (s.eof) {
-                    fail(st, -ECONNRESET, "connection closed inside a frame payload");
-                    return moved;
-                }
-                // Large remainders go straight into the receive buffer; small ones (and
-                // discards) through the staging buffer, which may also take the next headers.
-                uint8_t *to;
-                size_t want;
-                s.lo = s.hi = 0;
-                if (!s.discard && s.remaining >= kDirectBytes) {
-                    to = s.dest;
-                    want = static_cast<size_t>(s.remaining);
-                } else {
-                    to = s.stage.get();
-                    want = kStageBytes;
-                }
-                ssize_t n = recv_stream(s, to, want);
-                if (n > 0) {
-                    moved = true;
-                    st->heard = true;
-                    if (to == s.dest) {
-                        s.dest += n;
-                        s.remaining -= static_cast<uint64_t>(n);
-                    } else {
-                        s.hi = static_cast<size_t>(n);
-                    }
-                    if (s.remaining > 0) continue;
-                } else if (n == 0) {
-                    s.eof = true;
-                    continue;
-                } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    return moved;
-                } else if (errno == EINTR) {
-                    continue;
-                } else {
-                    lost_stream(st, errno);
-                    return moved;
-                }
-            }
-        }
-        if (s.remaining == 0) {
-            s.state = Stream::kHeader;
-            moved = true;
-            if (!s.discard) {
-                // Only payload that lands dates the ack delay (not probes, not discards): at
-                // most this stream's newest read, which can only make the delay shorter.
-                newest_rx_ns_ = std::max(newest_rx_ns_, s.rx_ns);
-                if (int rc = sink.landed(s.h.seq, s.h.len, s.h.gen); rc != 0) {
-                    fail(st, rc, "frame seq " + std::to_string(s.h.seq) + " carries more bytes than its message", true);
-                    return moved;
-                }
-            }
-        }
+        const Step r = s.state == Stream::kHeader ? read_header(s, sink, st, &moved)
+                                                  : read_payload(s, sink, st, &moved);
+        if (r == Step::kStop) return moved;
     }
+}
+
+TcpRecvPath::Step TcpRecvPath::after_recv_error(PathStatus *st, int err)
+{
+    if (err == EAGAIN || err == EWOULDBLOCK) return Step::kStop;
+    if (err == EINTR) return Step::kMore;
+    lost_stream(st, err);
+    return Step::kStop;
+}
+
+TcpRecvPath::Step TcpRecvPath::read_header(Stream &s, RecvSink &sink, PathStatus *st, bool *moved)
+{
+    if (s.hi - s.lo >= FrameHeader::kSize) {
+        if (const char *bad = s.h.decode(s.stage.get() + s.lo, kMaxMessageBytes)) {
+            fail(st, -EPROTO, bad, true);
+            return Step::kStop;
+        }
+        s.lo += FrameHeader::kSize;
+        *moved = true;
+        return on_header(s, sink, st) ? Step::kMore : Step::kStop;
+    }
+    if (s.eof) {
+        if (s.hi != s.lo) fail(st, -ECONNRESET, "connection closed inside a frame header");
+        return Step::kStop;
+    }
+    if (s.lo > 0) {
+        std::memmove(s.stage.get(), s.stage.get() + s.lo, s.hi - s.lo);
+        s.hi -= s.lo;
+        s.lo = 0;
+    }
+    const ssize_t n = recv_stream(s, s.stage.get() + s.hi, kStageBytes - s.hi);
+    if (n > 0) {
+        s.hi += static_cast<size_t>(n);
+        *moved = true;
+        st->heard = true;
+        return Step::kMore;
+    }
+    if (n == 0) {
+        s.eof = true;
+        return Step::kMore;
+    }
+    return after_recv_error(st, errno);
+}
+
+TcpRecvPath::Step TcpRecvPath::read_payload(Stream &s, RecvSink &sink, PathStatus *st, bool *moved)
+{
+    if (s.remaining == 0) return end_frame(s, sink, st, moved);
+    // Ask before every write: a newer generation or a completed message turns the rest of
+    // the frame into a discard (invariant 2).
+    if (!s.discard && !sink.still_wanted(s.h.gen, s.h.seq)) s.discard = true;
+    if (s.hi > s.lo) {
+        const size_t k = static_cast<size_t>(std::min<uint64_t>(s.hi - s.lo, s.remaining));
+        if (!s.discard) {
+            std::memcpy(s.dest, s.stage.get() + s.lo, k);
+            s.dest += k;
+        }
+        s.lo += k;
+        s.remaining -= k;
+        *moved = true;
+        return Step::kMore;
+    }
+    if (s.eof) {
+        fail(st, -ECONNRESET, "connection closed inside a frame payload");
+        return Step::kStop;
+    }
+    // Large remainders go straight into the receive buffer; small ones (and discards) through
+    // the staging buffer, which may also take the next headers.
+    s.lo = s.hi = 0;
+    const bool direct = !s.discard && s.remaining >= kDirectBytes;
+    uint8_t *to = direct ? s.dest : s.stage.get();
+    const size_t want = direct ? static_cast<size_t>(s.remaining) : kStageBytes;
+    const ssize_t n = recv_stream(s, to, want);
+    if (n > 0) {
+        *moved = true;
+        st->heard = true;
+        if (direct) {
+            s.dest += n;
+            s.remaining -= static_cast<uint64_t>(n);
+        } else {
+            s.hi = static_cast<size_t>(n);
+        }
+        return Step::kMore;
+    }
+    if (n == 0) {
+        s.eof = true;
+        return Step::kMore;
+    }
+    return after_recv_error(st, errno);
+}
+
+TcpRecvPath::Step TcpRecvPath::end_frame(Stream &s, RecvSink &sink, PathStatus *st, bool *moved)
+{
+    s.state = Stream::kHeader;
+    *moved = true;
+    if (s.discard) return Step::kMore;
+    // Only payload that lands dates the ack delay (not probes, not discards): at most this
+    // stream's newest read, which can only make the delay shorter.
+    newest_rx_ns_ = std::max(newest_rx_ns_, s.rx_ns);
+    if (int rc = sink.landed(s.h.seq, s.h.len, s.h.gen); rc != 0) {
+        fail(st, rc, "frame seq " + std::to_string(s.h.seq) + " carries more bytes than its message", true);
+        return Step::kStop;
+    }
+    return Step::kMore;
 }
 
 void TcpRecvPath::queue_back(const BackHeader &h, const uint8_t *payload, size_t n)
@@ -588,6 +595,14 @@ void TcpRecvPath::advertise(const CtsGroup &g)
     BackHeader h;
     encode_cts(g, &h, p.data());
     queue_back(h, p.data(), h.payload());
+    PathStatus ignored; // errors show on the next progress()
+    flush_back(&ignored);
+}
+
+void TcpRecvPath::ack(uint64_t ack_seq, uint32_t gen)
+{
+    pending_ack_ = ack_seq;
+    ack_gen_ = gen;
     PathStatus ignored; // errors show on the next progress()
     flush_back(&ignored);
 }
@@ -634,7 +649,9 @@ void TcpRecvPath::flush_back(PathStatus *st)
         h.value = pending_ack_;
         if (pending_ack_ != sent_ack_) {
             // The ack delay: how long the newest bytes read since the last ack waited for us.
-            const uint64_t waited = waited_ns(newest_rx_ns_, elapsed_since(last_pass_ns_));
+            // Bounded by the pass before the one that read the bytes: the ack goes out after
+            // that pass ended (RecvComm acks once progress() returned).
+            const uint64_t waited = waited_ns(newest_rx_ns_, elapsed_since(prev_pass_ns_));
             h.delay_us = static_cast<uint32_t>(std::min<uint64_t>(waited / 1000, UINT32_MAX));
             newest_rx_ns_ = 0;
         }
@@ -671,6 +688,7 @@ PathStatus TcpRecvPath::progress(RecvSink &sink)
         }
     }
     if (st.error == 0) flush_back(&st);
+    prev_pass_ns_ = last_pass_ns_;
     last_pass_ns_ = now_ns();
     if (st.error != 0) return st;
     // Stream 0 carries the goodbye: at its end without one, the peer vanished; with one, the

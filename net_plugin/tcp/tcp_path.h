@@ -76,6 +76,9 @@ private:
     void control(FrameHeader::Kind kind, uint64_t seq, uint8_t entry, uint64_t path = 0);
     int pump(Stream &s, PathStatus *st);
     void read_back(SendSink &sink, PathStatus *st);
+    /// One whole back-channel message (`h` decoded, `msg` its bytes from the header on).
+    /// False when reading stops: the receiver's goodbye, or the path failed.
+    bool on_back(const BackHeader &h, const uint8_t *msg, SendSink &sink, PathStatus *st);
     /// Reads the back channel (stream 0), noting when the newest byte read arrived.
     ssize_t recv_back(uint8_t *to, size_t n);
 
@@ -116,11 +119,8 @@ public:
     const PathIdentity &identity() const override { return id_; }
     PathStatus progress(RecvSink &sink) override;
     void advertise(const CtsGroup &g) override;
-    void ack(uint64_t ack_seq, uint32_t gen) override
-    {
-        pending_ack_ = ack_seq;
-        ack_gen_ = gen;
-    }
+    /// Flushes the back channel at once: the core acks after progress() returned.
+    void ack(uint64_t ack_seq, uint32_t gen) override;
     void request_failover(uint32_t failed_slot) override;
     void heartbeat() override { heartbeat_pending_ = true; }
     void goodbye() override;
@@ -156,6 +156,18 @@ private:
 
     /// Moves as much as possible on one stream; returns true when anything moved.
     bool pump(Stream &s, RecvSink &sink, PathStatus *st);
+    /// One step of pump(): go on, or stop (the socket is empty, or the path failed).
+    enum class Step { kMore, kStop };
+    /// kHeader: decodes a staged header and acts on it, or reads more of the stream.
+    Step read_header(Stream &s, RecvSink &sink, PathStatus *st, bool *moved);
+    /// kPayload: moves the frame's payload on (staged bytes first, then the socket), and ends
+    /// the frame when none is left.
+    Step read_payload(Stream &s, RecvSink &sink, PathStatus *st, bool *moved);
+    /// The frame's payload is all in place (or discarded): reports it, back to kHeader.
+    Step end_frame(Stream &s, RecvSink &sink, PathStatus *st, bool *moved);
+    /// A failed recv() on a data stream: an empty socket stops pump(), EINTR retries,
+    /// anything else loses the stream.
+    static Step after_recv_error(PathStatus *st, int err);
     /// recv() on `s` that notes when the newest byte read arrived (Stream::rx_ns).
     ssize_t recv_stream(Stream &s, uint8_t *to, size_t n);
     /// Handles a decoded header on `s`: control frames at once, data frames by locating them.
@@ -170,7 +182,8 @@ private:
     // Wait time: CLOCK_REALTIME arrival of the newest payload landed since the last ack, and the
     // end of the previous progress() (CLOCK_MONOTONIC).
     uint64_t newest_rx_ns_ = 0;
-    uint64_t last_pass_ns_;
+    uint64_t last_pass_ns_;   // when the last progress() ended
+    uint64_t prev_pass_ns_;   // ... and the one before it: bounds an ack's delay (flush_back)
     bool heartbeat_pending_ = false;
     bool goodbye_seen_ = false;
     std::vector<uint8_t> out_; // queued back-channel bytes, [out_off_, size) unwritten

@@ -28,6 +28,14 @@ void VerbsRecvPath::advertise(const CtsGroup &g)
     eng_.control(h, p.data(), n);
 }
 
+void VerbsRecvPath::answer(uint32_t gen, const Holding &h)
+{
+    std::array<uint8_t, Ctl::kBitmapBytes> bits;
+    Ctl a;
+    const size_t n = encode_holding(h, gen, &a, bits.data());
+    eng_.control(a, bits.data(), n);
+}
+
 void VerbsRecvPath::request_failover(uint32_t failed_slot)
 {
     Ctl h;
@@ -130,15 +138,11 @@ void VerbsRecvPath::on_control(const uint8_t *m, size_t len, RecvSink &sink, Pat
         return;
     }
     switch (h.kind) {
-    case Ctl::kGeneration: {
+    case Ctl::kGeneration:
+        // The core answers (answer()) once this progress() returned.
         gen_ = std::max(gen_, h.gen);
-        const Holding hold = sink.generation(h.gen, h.a, static_cast<int>(h.count) - 1, h.b);
-        std::array<uint8_t, Ctl::kBitmapBytes> bits;
-        Ctl a;
-        const size_t n = encode_holding(hold, h.gen, &a, bits.data());
-        eng_.control(a, bits.data(), n);
+        sink.generation(h.gen, h.a, static_cast<int>(h.count) - 1, h.b);
         return;
-    }
     case Ctl::kProbe:
         return;
     case Ctl::kGoodbye:

@@ -87,6 +87,8 @@ public:
     void advertise(const CtsGroup &g) override;
     /// RC completions are the sender's acks: nothing to send.
     void ack(uint64_t, uint32_t) override {}
+    /// Sends the holding answer (Ctl::kHolding) the sender waits for before it replays.
+    void answer(uint32_t gen, const Holding &h) override;
     void request_failover(uint32_t failed_slot) override;
     void heartbeat() override;
     void goodbye() override;

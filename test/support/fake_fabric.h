@@ -174,6 +174,10 @@ struct Lane {
     std::vector<Begin> notices;           // generation notices the receive half delivered
     std::vector<vn::Holding> holdings;    // ... and what the receiver answered to each
     int heartbeats = 0;
+    // Calls into this receive half while a receive half's progress(), drain() or fence() was
+    // on this thread's stack: the core must apply what a sink queues afterwards (fabric.h,
+    // RecvSink). ~FakeRecvPath checks there were none.
+    int reentries = 0;
 
     // (first_seq, gen) of every begin(), for compact checks.
     SeqGens begun() const
@@ -220,10 +224,15 @@ struct Lane {
     }
     // Puts a frame on the wire as the sender would (for protocol tests).
     void push(size_t stream, Frame f) { streams.at(stream).push_back(std::move(f)); }
+    // Frames other than probes on the link (a probe goes out whenever the path was quiet for
+    // the probe interval, which a loaded machine makes happen at any time).
     bool in_flight() const
     {
-        return std::any_of(streams.begin(), streams.end(), [](const auto &s) { return !s.empty(); }) ||
-               !outbox.empty();
+        auto data = [](const auto &fs) {
+            return std::any_of(fs.begin(), fs.end(), [](const auto &f) { return f.kind != Frame::kProbe; });
+        };
+        return std::any_of(streams.begin(), streams.end(), data) ||
+               std::any_of(outbox.begin(), outbox.end(), [](const auto &e) { return e.second.kind != Frame::kProbe; });
     }
     // Frames located with `kind` (of generation `g`; 0: any; of message `seq`; ~0: any).
     size_t count(vn::Placement::Kind kind, uint32_t g = 0, uint64_t seq = ~0ull) const
@@ -411,16 +420,46 @@ private:
     vn::PathIdentity id_;
 };
 
+// Receive-half calls of this thread in progress (progress(), drain(), fence()), across lanes.
+inline thread_local int t_recv_calls_on_stack = 0;
+
+// Counts a call into `l`'s receive half made while another receive call is on the stack;
+// `nests`: this call is one of those (progress(), drain(), fence()).
+class OnStack
+{
+public:
+    OnStack(Lane &l, bool nests) : nests_(nests)
+    {
+        if (t_recv_calls_on_stack > 0) ++l.reentries;
+        if (nests_) ++t_recv_calls_on_stack;
+    }
+    ~OnStack()
+    {
+        if (nests_) --t_recv_calls_on_stack;
+    }
+    OnStack(const OnStack &) = delete;
+    OnStack &operator=(const OnStack &) = delete;
+
+private:
+    bool nests_;
+};
+
 class FakeRecvPath final : public vn::RecvPath
 {
 public:
     FakeRecvPath(Lane &l, int slot, int dev) : l_(l), id_(fake_identity(l, slot, dev, "recv", "send")) {}
+    ~FakeRecvPath() override
+    {
+        INFO("receive half " << id_.describe());
+        CHECK(l_.reentries == 0);
+    }
     const vn::PathIdentity &identity() const override { return id_; }
 
     // Delivers frames through the sink like a stream-based path: streams in order (or random
     // with `rng`), each head frame until a stream is empty, paused or the budget is spent.
     vn::PathStatus progress(vn::RecvSink &sink) override
     {
+        const OnStack on_stack(l_, true);
         using vn::Placement;
         if (l_.broken)
             return vn::PathStatus{.error = -ECONNRESET, .peer_eof = l_.peer_eof, .detail = "fake link broken"};
@@ -440,7 +479,13 @@ public:
                 if (f.kind != Frame::kData) {
                     if (f.kind == Frame::kGeneration) {
                         l_.notices.push_back({f.seq, f.gen, f.entry, f.path, vigil::now_ns()});
-                        l_.holdings.push_back(sink.generation(f.gen, f.seq, f.entry, f.path));
+                        sink.generation(f.gen, f.seq, f.entry, f.path);
+                        if (l_.rdma) {
+                            // A verbs sender writes nothing of the new generation before the
+                            // answer, which the core gives once this call returned.
+                            l_.streams[i].pop_front();
+                            return st;
+                        }
                     } else if (f.kind == Frame::kGoodbye) {
                         l_.goodbye_seen = true;
                     }
@@ -496,6 +541,7 @@ public:
     }
     void advertise(const vn::CtsGroup &g) override
     {
+        const OnStack on_stack(l_, false);
         l_.advertised.push_back(g);
         Back b;
         b.kind = Back::kCts;
@@ -504,31 +550,45 @@ public:
     }
     void ack(uint64_t ack_seq, uint32_t gen) override
     {
+        const OnStack on_stack(l_, false);
         if (!l_.acks.empty() && ack_seq <= l_.acks.back().first) ++l_.ack_regressions;
         l_.acks.emplace_back(ack_seq, gen);
         l_.last_ack = ack_seq;
         l_.last_ack_gen = gen;
         l_.reply({Back::kAck, ack_seq, gen, 0, {}});
     }
+    void answer(uint32_t /*gen*/, const vn::Holding &h) override
+    {
+        const OnStack on_stack(l_, false);
+        l_.holdings.push_back(h);
+    }
     void request_failover(uint32_t slot) override
     {
+        const OnStack on_stack(l_, false);
         l_.failover_requests.push_back(slot);
         l_.reply({Back::kFailoverRequest, 0, 0, slot, {}});
     }
     void heartbeat() override
     {
+        const OnStack on_stack(l_, false);
         ++l_.heartbeats;
         l_.reply({Back::kAck, l_.last_ack, l_.last_ack_gen, 0, {}});
     }
     void goodbye() override
     {
+        const OnStack on_stack(l_, false);
         l_.recv_goodbye_sent = true;
         l_.reply({Back::kGoodbye, 0, 0, 0, {}});
     }
     // RDMA mode: every record waiting on the streams (control frames stay, in order).
     void drain(vn::RecvSink &sink) override
     {
+        const OnStack on_stack(l_, true);
         ++l_.drains;
+        drain_records(sink);
+    }
+    void drain_records(vn::RecvSink &sink)
+    {
         if (!l_.rdma) return;
         for (auto &stream : l_.streams)
             for (auto it = stream.begin(); it != stream.end();) {
@@ -542,8 +602,10 @@ public:
     }
     void fence(vn::RecvSink &sink) override
     {
+        const OnStack on_stack(l_, true);
         ++l_.fences;
-        drain(sink);
+        ++l_.drains;
+        drain_records(sink);
         if (l_.rdma) {
             l_.fenced = true;
             for (auto &stream : l_.streams) stream.clear();

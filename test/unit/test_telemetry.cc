@@ -1720,7 +1720,7 @@ struct AckingSink final : vn::RecvSink {
         path->ack(floor, gen);
         return 0;
     }
-    vn::Holding generation(uint32_t, uint64_t, int, uint64_t) override { return {}; }
+    void generation(uint32_t, uint64_t, int, uint64_t) override {}
     int whole(uint32_t, uint64_t, int32_t, uint64_t, int) override { return -EPROTO; } // TCP: none
     int whole_short(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
 };
