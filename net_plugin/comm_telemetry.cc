@@ -179,18 +179,16 @@ void SendComm::queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexce
     d.conn = reinterpret_cast<uintptr_t>(this);
 }
 
-void SendComm::emit_events_locked(void *phandle) noexcept
+void SendComm::take_events_locked(void *phandle, NetEvents *ev) noexcept
 {
-    ncclProfilerCallback_t cb = g_profiler.load(std::memory_order_acquire);
-    if (cb == nullptr || phandle == nullptr) return; // never start an event without a parent
-    auto emit = [&](const vigilNetProfDescr_v1_t &src) {
+    // Never an event without a parent.
+    if (g_profiler.load(std::memory_order_acquire) == nullptr || phandle == nullptr) return;
+    auto take = [&](const vigilNetProfDescr_v1_t &src) {
         vigilNetProfDescr_v1_t &d = descr_ring_[descr_next_++ % kDescrRing];
         d = src;
-        void *h = nullptr; // NCCL leaves it untouched when the NetPlugin bit is off
-        cb(&h, 0 /* start */, phandle, VIGIL_PROFILER_NET_ID, &d);
-        if (h != nullptr) cb(&h, 1 /* stop */, nullptr, 0, nullptr);
+        ev->d[static_cast<size_t>(ev->n++)] = &d;
     };
-    for (int i = 0; i < evq_n_; ++i) emit(evq_[static_cast<size_t>(i)]);
+    for (int i = 0; i < evq_n_; ++i) take(evq_[static_cast<size_t>(i)]);
     evq_n_ = 0;
     const PathSlot &a = paths_[active_];
     if (a.tm == nullptr || a.tm->entry == nullptr) return;
@@ -212,7 +210,19 @@ void SendComm::emit_events_locked(void *phandle) noexcept
     d.busy_ns = w.busy_ns;
     d.lat_p99_ns = w.lat_p99_ns;
     d.conn = reinterpret_cast<uintptr_t>(this);
-    emit(d);
+    take(d);
+}
+
+void SendComm::emit_events(const NetEvents &ev, void *phandle) noexcept
+{
+    if (ev.n == 0) return;
+    ncclProfilerCallback_t cb = g_profiler.load(std::memory_order_acquire);
+    if (cb == nullptr) return;
+    for (int i = 0; i < ev.n; ++i) {
+        void *h = nullptr; // NCCL leaves it untouched when the NetPlugin bit is off
+        cb(&h, 0 /* start */, phandle, VIGIL_PROFILER_NET_ID, ev.d[static_cast<size_t>(i)]);
+        if (h != nullptr) cb(&h, 1 /* stop */, nullptr, 0, nullptr);
+    }
 }
 
 } // namespace vigil::net

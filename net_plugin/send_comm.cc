@@ -99,8 +99,19 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
                     void *phandle) noexcept
 {
     *out = nullptr;
-    std::lock_guard<std::mutex> g(mu_);
-    emit_events_locked(phandle);
+    NetEvents ev;
+    int rc;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        take_events_locked(phandle, &ev);
+        rc = isend_locked(data, size, tag, mr, out);
+    }
+    emit_events(ev, phandle); // NCCL's profiler runs its own code: never under the comm lock
+    return rc;
+}
+
+int SendComm::isend_locked(const void *data, size_t size, int tag, MemRegion *mr, Request **out) noexcept
+{
     if (int e = error_.load(std::memory_order_relaxed)) return e;
     if (peer_closed_) {
         fail_locked(-ECONNRESET, describe() + ": isend after the receiver closed the connection");
@@ -111,20 +122,41 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
                   static_cast<unsigned long long>(kMaxMessageBytes), describe().c_str());
         return -EMSGSIZE;
     }
-    // CTS groups that arrived since the last progress (NCCL retries a NULL request at once).
+    // CTS groups that arrived since the last progress: over TCP they wait in a socket, and
+    // NCCL retries a NULL isend at once, testing nothing while nothing is in flight.
     if (cts_head_ == cts_next_) {
         progress_locked();
         if (int e = error_.load(std::memory_order_relaxed)) return e;
     }
+    if (!ring_free_locked()) return 0;
+    int entry = -1;
+    if (int rc = match_locked(tag, size, &entry); rc != 0 || entry < 0) return rc;
+    Request &r = bind_locked(data, size, tag, mr, entry);
+    // With no live path, or while failback drains the backup, the message waits in the ring;
+    // the switch replays it.
+    if (paths_[active_].state == SlotState::kActive && !draining_) post_locked(next_seq_);
+    ++next_seq_;
+    // A TCP path's post() queues the frames its progress() writes.
+    progress_locked();
+    *out = &r;
+    return 0;
+}
+
+bool SendComm::ring_free_locked() const noexcept
+{
     // A ring slot is reused only when it is acked *and* no path still reads it (a stream can
     // be mid-frame on a message the receiver already completed from another path).
     uint64_t floor = acked_;
     for (const PathSlot &sl : paths_)
         if (sl.alive()) floor = std::min(floor, sl.path->oldest_referenced());
-    if (next_seq_ - floor >= kMaxInflight) return 0;
-    const size_t i = next_seq_ % kMaxInflight;
-    Request &r = reqs_[i];
-    if (r.state.load(std::memory_order_acquire) != Request::kFree) return 0; // not tested yet
+    if (next_seq_ - floor >= kMaxInflight) return false;
+    // ... and NCCL has tested its request.
+    return reqs_[next_seq_ % kMaxInflight].state.load(std::memory_order_acquire) == Request::kFree;
+}
+
+int SendComm::match_locked(int tag, size_t size, int *entry) noexcept
+{
+    *entry = -1;
     if (cts_head_ == cts_next_) {
         ++stats_.null_for_cts;
         cts_wanted_ = true;
@@ -149,16 +181,25 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
                   static_cast<unsigned long long>(grp.index), e, describe().c_str());
         return -EMSGSIZE;
     }
-    head_bound_[static_cast<size_t>(e)] = true;
+    *entry = e;
+    return 0;
+}
+
+Request &SendComm::bind_locked(const void *data, size_t size, int tag, MemRegion *mr, int entry) noexcept
+{
+    const CtsGroup &grp = cts_[cts_head_ % kMaxCtsGroups];
+    head_bound_[static_cast<size_t>(entry)] = true;
     cts_wanted_ = false;
+    const size_t i = next_seq_ % kMaxInflight;
     SendMsg &m = msgs_[i];
     m.data = static_cast<const uint8_t *>(data);
     m.mr = mr;
     if (mr != nullptr) mr->ref();
     m.tag = tag;
     m.group = grp.index;
-    m.entry = e;
-    m.dest = dest;
+    m.entry = entry;
+    m.dest = grp.entries[static_cast<size_t>(entry)];
+    Request &r = reqs_[i];
     r.is_send = true;
     r.comm = this;
     r.seq = next_seq_;
@@ -168,13 +209,7 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
         head_bound_ = {};
         head_unbound_ = cts_[cts_head_ % kMaxCtsGroups].n;
     }
-    // With no live path, or while failback drains the backup, the message waits in the ring;
-    // the switch replays it.
-    if (paths_[active_].state == SlotState::kActive && !draining_) post_locked(next_seq_);
-    ++next_seq_;
-    progress_locked();
-    *out = &r;
-    return 0;
+    return r;
 }
 
 void SendComm::SlotSink::acked(uint64_t seq)

@@ -147,6 +147,16 @@ private:
     int fd(size_t i) const noexcept override;
 
     // send_comm.cc
+    /// isend() under the lock: checks, CTS match, bind, post. Same results as isend().
+    int isend_locked(const void *data, size_t size, int tag, MemRegion *mr, Request **out) noexcept;
+    /// Whether the next sequence number's ring slot is free: acked, read by no path, and its
+    /// request tested by NCCL.
+    bool ring_free_locked() const noexcept;
+    /// The unbound entry of the oldest CTS group with tag `tag` into *entry (-1: none yet,
+    /// counted in stats_.null_for_cts). 0, or -EMSGSIZE when `size` exceeds that buffer.
+    int match_locked(int tag, size_t size, int *entry) noexcept;
+    /// Binds the next sequence number to `entry` of the oldest group; its request, pending.
+    Request &bind_locked(const void *data, size_t size, int tag, MemRegion *mr, int entry) noexcept;
     void on_acked(uint64_t seq) noexcept;
     void on_held(uint64_t seq) noexcept;
     /// Completes send `seq` (ring slot i): the receiver holds it.
@@ -177,9 +187,20 @@ private:
 
     // comm_telemetry.cc
     void meter_locked(int slot) noexcept;
-    /// Emits pending net events (newest window of the active path, failovers, failbacks) as
-    /// children of `phandle`.
-    void emit_events_locked(void *phandle) noexcept;
+    static constexpr int kEventQueue = 8, kDescrRing = 16;
+    /// Net events ready for NCCL's profiler: descriptors in descr_ring_, in order.
+    struct NetEvents {
+        std::array<vigilNetProfDescr_v1_t *, kEventQueue + 1> d{};
+        int n = 0;
+    };
+    /// Moves the pending net events (failovers, failbacks, the active path's newest window)
+    /// into descr_ring_ and `ev`, when NCCL gave a callback and `phandle` (their parent).
+    void take_events_locked(void *phandle, NetEvents *ev) noexcept;
+    /// Hands `ev` to NCCL's profiler as children of `phandle`. Called without the comm lock:
+    /// the callback is NCCL's code. The descriptors stay valid for kDescrRing more events (a
+    /// profiler may read extData after startEvent returns); only NCCL's proxy thread calls
+    /// isend() on a comm, so none is rewritten while it is handed over.
+    static void emit_events(const NetEvents &ev, void *phandle) noexcept;
     void queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept;
     /// Wait time the paths reported in one progress pass: the newest ack's (PathStatus).
     struct WaitReport {
@@ -234,7 +255,6 @@ private:
     // Profiler net events: a bounded queue of failover/failback descriptors, the last window
     // emitted per slot, and a ring of descriptors handed to NCCL (kept alive a while: a
     // profiler may read extData after startEvent returns).
-    static constexpr int kEventQueue = 8, kDescrRing = 16;
     std::array<vigilNetProfDescr_v1_t, kEventQueue> evq_{};
     int evq_n_ = 0;
     std::array<uint64_t, kMaxPaths> last_window_emitted_{};

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,9 @@ struct Call {
 std::vector<Call> g_calls;
 bool g_give_handle = true;
 int g_handle_token;
+// With g_probe: at each start, whether another thread can take g_probe's lock meanwhile.
+vn::SendComm *g_probe = nullptr;
+int g_lock_free = 0, g_lock_held = 0;
 
 ncclResult_t fake_profiler(void **eHandle, int type, void *pHandle, int64_t pluginId, void *extData)
 {
@@ -75,6 +79,12 @@ ncclResult_t fake_profiler(void **eHandle, int type, void *pHandle, int64_t plug
     if (type == 0) {
         c.descr = *static_cast<vigilNetProfDescr_v1_t *>(extData);
         if (g_give_handle) *eHandle = &g_handle_token;
+        if (g_probe != nullptr) {
+            // stats() takes the comm's lock: it must be free while NCCL's code runs.
+            auto f = std::async(std::launch::async, [] { return g_probe->stats().alive_paths; });
+            if (f.wait_for(std::chrono::seconds(2)) == std::future_status::ready) ++g_lock_free;
+            else ++g_lock_held;
+        }
     } else {
         REQUIRE(*eHandle == &g_handle_token); // stop only for an event we were given
     }
@@ -112,9 +122,15 @@ struct Fixture {
         REQUIRE(vigil::telemetry::Registry::instance().open(20'000, -1) == 0);
         g_calls.clear();
         g_give_handle = true;
+        g_probe = nullptr;
+        g_lock_free = g_lock_held = 0;
         vn::SendComm::set_profiler(fake_profiler);
     }
-    ~Fixture() { vn::SendComm::set_profiler(nullptr); }
+    ~Fixture()
+    {
+        vn::SendComm::set_profiler(nullptr);
+        g_probe = nullptr;
+    }
 };
 
 } // namespace
@@ -176,4 +192,17 @@ TEST_CASE("a failover is reported as a net event; stop only follows a started ev
         }
     }
     CHECK(failover);
+}
+
+TEST_CASE("NCCL's profiler callback runs without the comm's lock held", "[profiler]")
+{
+    Fixture f;
+    auto c = make_comm();
+    g_probe = c.get();
+    int step = 0;
+    send_some(*c, &step, 10);
+    c->fail_path(vn::kPrimary, "test", false);
+    send_some(*c, &step, 10);
+    CHECK(g_lock_free > 0);
+    CHECK(g_lock_held == 0);
 }
