@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../progress.h"
-#include "socket.h"
+#include "../sockets/socket.h"
 
 namespace vigil::net::tcp {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../fabric.h"
-#include "devices.h"
+#include "../sockets/interfaces.h"
 #include "link_monitor.h"
 #include "params.h"
 

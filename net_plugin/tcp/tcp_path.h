@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "../fabric.h"
-#include "socket.h"
+#include "../sockets/socket.h"
 #include "wire.h"
 
 namespace vigil::net::tcp {

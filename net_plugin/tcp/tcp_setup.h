@@ -15,9 +15,9 @@
 #include "../fabric.h"
 #include "../handle.h"
 #include "../progress.h"
-#include "devices.h"
+#include "../sockets/interfaces.h"
 #include "params.h"
-#include "socket.h"
+#include "../sockets/socket.h"
 #include "wire.h"
 
 namespace vigil::net::tcp {

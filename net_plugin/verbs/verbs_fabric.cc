@@ -7,8 +7,7 @@
 #include <cstring>
 #include <sys/socket.h>
 
-#include "../tcp/devices.h"
-#include "../tcp/tcp_fabric.h"
+#include "../sockets/interfaces.h"
 #include "clock.h"
 #include "gid.h"
 #include "hw_counters.h"
@@ -50,11 +49,11 @@ int VerbsFabric::open(const Params &params, std::unique_ptr<VerbsFabric> *out, s
     // host's first selected interface (InfiniBand ports have no IP of their own).
     Endpoint fallback;
     {
-        std::vector<tcp::IfaceInfo> ifaces;
-        std::vector<tcp::Device> devs;
+        std::vector<IfaceInfo> ifaces;
+        std::vector<Device> devs;
         std::string bad;
-        if (tcp::list_interfaces(&ifaces) == 0 &&
-            tcp::select_devices(ifaces, params.socket_ifname, params.socket_family, &devs, &bad) == 0 && !devs.empty())
+        if (list_interfaces(&ifaces) == 0 &&
+            select_devices(ifaces, params.socket_ifname, params.socket_family, &devs, &bad) == 0 && !devs.empty())
             fallback = devs[0].addr;
     }
     for (int d = 0; d < n; ++d) {

@@ -65,7 +65,7 @@ PathSetup::PathSetup(VerbsFabric &fabric, int local_dev, const Endpoint &remote,
 {
 }
 
-PathSetup::PathSetup(VerbsFabric &fabric, int local_dev, tcp::UniqueFd fd, const Endpoint &peer, uint64_t deadline_ns)
+PathSetup::PathSetup(VerbsFabric &fabric, int local_dev, UniqueFd fd, const Endpoint &peer, uint64_t deadline_ns)
     : fabric_(fabric), role_(Role::kListener), state_(State::kReadHello), local_dev_(local_dev), remote_(peer),
       fd_(std::move(fd)), deadline_ns_(deadline_ns)
 {
@@ -88,10 +88,10 @@ PathIdentity PathSetup::identity() const
 
 int PathSetup::start_connect(std::string *why)
 {
-    int fd = tcp::make_socket(remote_.family);
+    int fd = make_socket(remote_.family);
     if (fd < 0) return *why = strerror(-fd), fd;
     fd_.reset(fd);
-    tcp::tune_socket(fd, 0);
+    tune_socket(fd, 0);
     sockaddr_storage ss;
     Endpoint src = fabric_.bootstrap(local_dev_);
     src.port = 0;
@@ -269,9 +269,9 @@ int VerbsListener::create(VerbsFabric &fabric, int dev, ListenHandle *handle, st
     for (int d : order) {
         Endpoint at = fabric.bootstrap(d);
         at.port = 0;
-        int fd = tcp::make_socket(at.family);
+        int fd = make_socket(at.family);
         if (fd < 0) return fd;
-        tcp::UniqueFd owned(fd);
+        UniqueFd owned(fd);
         sockaddr_storage ss;
         socklen_t len = at.to_sockaddr(&ss);
         if (::bind(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 || ::listen(fd, 128) != 0) {
@@ -338,7 +338,7 @@ void VerbsListener::pump(uint64_t now)
             socklen_t len = sizeof(ss);
             int fd = ::accept4(lf.fd.get(), reinterpret_cast<sockaddr *>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) break; // nothing now, or transient: the next call tries again
-            tcp::UniqueFd owned(fd);
+            UniqueFd owned(fd);
             Endpoint peer;
             Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &peer);
             if (pending_.size() >= kMaxPending) {

@@ -15,7 +15,7 @@
 
 #include "../fabric.h"
 #include "../handle.h"
-#include "../tcp/socket.h"
+#include "../sockets/socket.h"
 #include "verbs_path.h"
 #include "verbs_wire.h"
 
@@ -34,7 +34,7 @@ public:
     PathSetup(VerbsFabric &fabric, int local_dev, const Endpoint &remote, const Hello &hello,
               uint64_t deadline_ns, int traffic_class);
     /// Listener side: an accepted socket on device `local_dev`.
-    PathSetup(VerbsFabric &fabric, int local_dev, tcp::UniqueFd fd, const Endpoint &peer, uint64_t deadline_ns);
+    PathSetup(VerbsFabric &fabric, int local_dev, UniqueFd fd, const Endpoint &peer, uint64_t deadline_ns);
 
     /// Moves as far as possible. 0 while in progress (done() tells completion), or -errno
     /// with *why. Listener side: `check` judges the hello (nullptr = accept, else why not).
@@ -60,7 +60,7 @@ private:
     State state_;
     int local_dev_;
     Endpoint remote_;
-    tcp::UniqueFd fd_;
+    UniqueFd fd_;
     uint64_t deadline_ns_;
     uint64_t retry_at_ns_ = 0;
     int tc_ = -1;
@@ -92,7 +92,7 @@ public:
 
 private:
     struct Listening {
-        tcp::UniqueFd fd;
+        UniqueFd fd;
         int dev = 0;
     };
     struct Group {

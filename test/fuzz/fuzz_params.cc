@@ -27,7 +27,7 @@
 #include "path_plan.h"
 #include "profiler.h"
 #include "store.h"
-#include "tcp/devices.h"
+#include "sockets/interfaces.h"
 #if VIGIL_HAVE_VERBS
 #include "verbs/gid.h"
 #include "verbs/hca_select.h"
@@ -53,12 +53,12 @@ void check_number(const ParamSpec &spec, std::string_view text)
 }
 
 // The interfaces select_devices() chooses from: up, down, loopback, IPv4 and IPv6.
-std::vector<vn::tcp::IfaceInfo> interfaces()
+std::vector<vn::IfaceInfo> interfaces()
 {
-    std::vector<vn::tcp::IfaceInfo> out;
+    std::vector<vn::IfaceInfo> out;
     const char *names[] = {"eth0", "eth1", "ens1f0", "lo", "docker0", "ib0"};
     for (int i = 0; i < 6; ++i) {
-        vn::tcp::IfaceInfo f;
+        vn::IfaceInfo f;
         f.name = names[i];
         f.addr.family = i == 2 ? AF_INET6 : AF_INET;
         f.addr.addr[0] = 10;
@@ -74,12 +74,12 @@ std::vector<vn::tcp::IfaceInfo> interfaces()
 void string_values(const vigil::Params &p)
 {
     std::string why;
-    std::vector<vn::tcp::Device> devs;
-    static const std::vector<vn::tcp::IfaceInfo> ifaces = interfaces();
-    if (vn::tcp::select_devices(ifaces, p.socket_ifname, p.socket_family, &devs, &why) != 0)
+    std::vector<vn::Device> devs;
+    static const std::vector<vn::IfaceInfo> ifaces = interfaces();
+    if (vn::select_devices(ifaces, p.socket_ifname, p.socket_family, &devs, &why) != 0)
         FUZZ_CHECK(!why.empty());
     std::vector<vn::DeviceProps> props;
-    for (const vn::tcp::Device &d : devs) {
+    for (const vn::Device &d : devs) {
         vn::DeviceProps dp;
         dp.name = d.name;
         props.push_back(dp);

@@ -38,9 +38,9 @@ namespace {
 constexpr size_t kRecord = 1 + tcp::Hello::kSize;
 constexpr size_t kMaxRecords = 24;
 
-std::vector<tcp::Device> loopback_devices()
+std::vector<vigil::net::Device> loopback_devices()
 {
-    std::vector<tcp::Device> devs(2);
+    std::vector<vigil::net::Device> devs(2);
     for (size_t i = 0; i < devs.size(); ++i) {
         devs[i].name = i == 0 ? "lo" : "lo:1";
         devs[i].addr.family = AF_INET;
@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerInitialize(int * /*argc*/, char *** /*argv*/)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const std::vector<tcp::Device> devs = loopback_devices();
+    static const std::vector<vigil::net::Device> devs = loopback_devices();
     std::vector<int> given; // descriptor numbers the listener was handed
     {
         vigil::Params params;
@@ -94,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(tcp::TcpListener::create(devs, 0, params, &handle, &listener) == 0);
         std::vector<vn::RecvPaths> accepted; // kept until the end, as the core keeps them
         std::vector<std::unique_ptr<vn::RecvPath>> rebuilt;
-        std::vector<tcp::UniqueFd> peers; // the connecting ends
+        std::vector<vigil::net::UniqueFd> peers; // the connecting ends
         vn::Endpoint peer;
         peer.family = AF_INET;
         peer.port = 4242;
@@ -126,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
             peers.emplace_back(sv[1]);
             given.push_back(sv[0]);
-            listener->file_hello(tcp::UniqueFd(sv[0]), rec[0] & 1, peer, hello.data());
+            listener->file_hello(vigil::net::UniqueFd(sv[0]), rec[0] & 1, peer, hello.data());
             if (rec[0] & 2) accept();
             if (rec[0] & 4) poll_rebuilt(tcp::get_le(hello.data() + 24, 8));
         }

@@ -44,7 +44,7 @@ struct PathFds {
 inline void make_path(const Options &o, int slot, std::unique_ptr<vn::SendPath> *sp,
                       std::unique_ptr<vn::RecvPath> *rp, PathFds *fds)
 {
-    std::vector<vt::UniqueFd> a, b;
+    std::vector<vigil::net::UniqueFd> a, b;
     *fds = PathFds{};
     for (int i = 0; i < o.nstreams; ++i) {
         int sv[2];

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "tcp/devices.h"
+#include "sockets/interfaces.h"
 
-using vigil::net::tcp::Device;
-using vigil::net::tcp::IfaceInfo;
-using vigil::net::tcp::IfaceSelector;
+using vigil::net::Device;
+using vigil::net::IfaceInfo;
+using vigil::net::IfaceSelector;
 
 namespace {
 
@@ -63,7 +63,7 @@ std::vector<Device> select(const std::vector<IfaceInfo> &ifaces, std::string_vie
     std::vector<Device> out;
     std::string why;
     INFO("spec \"" << spec << "\" family \"" << family << "\"");
-    REQUIRE(vigil::net::tcp::select_devices(ifaces, spec, family, &out, &why) == 0);
+    REQUIRE(vigil::net::select_devices(ifaces, spec, family, &out, &why) == 0);
     return out;
 }
 
@@ -246,7 +246,7 @@ TEST_CASE("select_devices: family selection", "[devices]")
             std::vector<Device> out;
             std::string why;
             INFO(fam);
-            CHECK(vigil::net::tcp::select_devices(ifaces, "eth", fam, &out, &why) == -EINVAL);
+            CHECK(vigil::net::select_devices(ifaces, "eth", fam, &out, &why) == -EINVAL);
             CHECK_THAT(why, Catch::Contains("VIGIL_SOCKET_FAMILY"));
         }
     }
@@ -254,7 +254,7 @@ TEST_CASE("select_devices: family selection", "[devices]")
     {
         std::vector<Device> out;
         std::string why;
-        CHECK(vigil::net::tcp::select_devices(ifaces, "eth/0", "", &out, &why) == -EINVAL);
+        CHECK(vigil::net::select_devices(ifaces, "eth/0", "", &out, &why) == -EINVAL);
         CHECK_FALSE(why.empty());
     }
 }
@@ -273,7 +273,7 @@ TEST_CASE("select_devices keeps the interfaces' order with mixed families", "[de
 TEST_CASE("list_interfaces enumerates at least loopback", "[devices]")
 {
     std::vector<IfaceInfo> out;
-    REQUIRE(vigil::net::tcp::list_interfaces(&out) == 0);
+    REQUIRE(vigil::net::list_interfaces(&out) == 0);
     bool have_loopback = false;
     for (const IfaceInfo &i : out) {
         CHECK_FALSE(i.name.empty());
@@ -291,17 +291,17 @@ TEST_CASE("read_sysfs: speed override, default speed, stable guid", "[devices]")
 {
     Device a;
     a.name = "lo";
-    vigil::net::tcp::read_sysfs(&a, 0);
+    vigil::net::read_sysfs(&a, 0);
     CHECK(a.speed_mbps > 0);
     CHECK(a.pci_path.empty()); // loopback is virtual
     Device b;
     b.name = "lo";
-    vigil::net::tcp::read_sysfs(&b, 1234);
+    vigil::net::read_sysfs(&b, 1234);
     CHECK(b.speed_mbps == 1234);
     CHECK(b.guid == a.guid);
     Device c;
     c.name = "vigil-no-such-if";
-    vigil::net::tcp::read_sysfs(&c, 0);
+    vigil::net::read_sysfs(&c, 0);
     CHECK(c.speed_mbps == 10000);
     CHECK(c.pci_path.empty());
     CHECK(c.numa_node == -1);

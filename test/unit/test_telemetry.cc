@@ -1628,9 +1628,9 @@ namespace vn = vigil::net;
 namespace vtcp = vigil::net::tcp;
 
 // A connected pair of non-blocking TCP sockets over loopback: [0] connects, [1] accepted.
-std::array<vtcp::UniqueFd, 2> tcp_pair()
+std::array<vigil::net::UniqueFd, 2> tcp_pair()
 {
-    vtcp::UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    vigil::net::UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     REQUIRE(l.get() >= 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -1639,9 +1639,9 @@ std::array<vtcp::UniqueFd, 2> tcp_pair()
     REQUIRE(bind(l.get(), reinterpret_cast<sockaddr *>(&a), len) == 0);
     REQUIRE(listen(l.get(), 1) == 0);
     REQUIRE(getsockname(l.get(), reinterpret_cast<sockaddr *>(&a), &len) == 0);
-    vtcp::UniqueFd c(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    vigil::net::UniqueFd c(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     REQUIRE(connect(c.get(), reinterpret_cast<sockaddr *>(&a), len) == 0);
-    vtcp::UniqueFd s(accept4(l.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    vigil::net::UniqueFd s(accept4(l.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     REQUIRE(s.get() >= 0);
     REQUIRE(fcntl(c.get(), F_SETFL, fcntl(c.get(), F_GETFL) | O_NONBLOCK) == 0);
     const int one = 1;
@@ -1655,7 +1655,7 @@ struct TcpPath {
     std::unique_ptr<vtcp::TcpRecvPath> recv;
     explicit TcpPath(int n)
     {
-        std::vector<vtcp::UniqueFd> a, b;
+        std::vector<vigil::net::UniqueFd> a, b;
         for (int i = 0; i < n; ++i) {
             auto p = tcp_pair();
             a.push_back(std::move(p[0]));
@@ -1676,7 +1676,7 @@ struct TcpPath {
     static void rx_timestamps_on()
     {
         static const bool on = [] {
-            static std::array<vtcp::UniqueFd, 2> keep = tcp_pair();
+            static std::array<vigil::net::UniqueFd, 2> keep = tcp_pair();
             const int one = 1;
             REQUIRE(setsockopt(keep[1].get(), SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) == 0);
             for (int i = 0; i < 5000; ++i) {

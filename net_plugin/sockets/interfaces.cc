@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Interface selection (NCCL syntax) and TCP device discovery.
-#include "devices.h"
+#include "interfaces.h"
 
 #include <cerrno>
 #include <climits>
@@ -10,7 +10,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
-namespace vigil::net::tcp {
+namespace vigil::net {
 
 bool IfaceSelector::parse(std::string_view spec, IfaceSelector *out, std::string *why)
 {
@@ -163,4 +163,4 @@ void read_sysfs(Device *dev, int speed_override)
     dev->guid = h;
 }
 
-} // namespace vigil::net::tcp
+} // namespace vigil::net

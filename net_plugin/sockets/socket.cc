@@ -7,7 +7,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-namespace vigil::net::tcp {
+namespace vigil::net {
 
 int make_socket(int family)
 {
@@ -43,4 +43,4 @@ void socket_endpoints(int fd, std::string *local, std::string *peer)
     *peer = ps;
 }
 
-} // namespace vigil::net::tcp
+} // namespace vigil::net

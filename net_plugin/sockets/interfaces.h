@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// NCCL devices of the TCP fabric: interface selection in NCCL_SOCKET_IFNAME syntax and
-// discovery of each selected interface's address, PCI path and link speed.
+// Network interfaces as NCCL devices: selection in NCCL_SOCKET_IFNAME syntax and discovery of
+// each selected interface's address, PCI path and link speed. The TCP fabric's devices, and
+// the verbs fabric's fallback address for its set-up sockets.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 #include "../handle.h"
 
-namespace vigil::net::tcp {
+namespace vigil::net {
 
 /// A parsed interface list in NCCL's syntax (NCCL src/misc/utils.cc parseStringList and
 /// matchIfList): comma-separated names, each a prefix unless the list starts with `=`
@@ -61,4 +62,4 @@ int select_devices(const std::vector<IfaceInfo> &ifaces, std::string_view spec,
 /// `speed_override` > 0 wins over the link's speed; 10000 when the link does not say.
 void read_sysfs(Device *dev, int speed_override);
 
-} // namespace vigil::net::tcp
+} // namespace vigil::net

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// RAII file descriptor and the few socket helpers the TCP fabric uses.
+// RAII file descriptor and the few socket helpers both fabrics use (TCP for its streams, verbs
+// for its set-up sockets).
 #pragma once
 
 #include <string>
@@ -10,7 +11,7 @@
 
 #include "../handle.h"
 
-namespace vigil::net::tcp {
+namespace vigil::net {
 
 /// Owns one file descriptor; closes it on destruction. Move-only.
 class UniqueFd
@@ -60,4 +61,4 @@ int tune_socket(int fd, long buf_bytes);
 /// Local and peer endpoint of a connected socket ("?" on failure).
 void socket_endpoints(int fd, std::string *local, std::string *peer);
 
-} // namespace vigil::net::tcp
+} // namespace vigil::net
