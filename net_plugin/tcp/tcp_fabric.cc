@@ -62,7 +62,7 @@ int TcpFabric::listen(int dev, ListenHandle *handle, std::unique_ptr<Listener> *
 {
     std::shared_ptr<TcpListener> l;
     if (int rc = TcpListener::create(devs_, dev, params_, handle, &l); rc != 0) return rc;
-    *out = std::make_unique<TcpListenComm>(std::move(l));
+    *out = std::make_unique<rendezvous::ListenComm<TcpListener>>(std::move(l));
     return 0;
 }
 

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <net/if.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include "clock.h"
@@ -16,16 +15,12 @@
 namespace vigil::net::tcp {
 namespace {
 
-constexpr uint64_t kRetryNs = 20'000'000; // 20 ms between refused connect attempts
 constexpr uint64_t kRebuildAttemptNs = 300'000'000; // one rebuild attempt, at most
 
-bool transient_connect_error(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
-           err == EHOSTUNREACH || err == ENETDOWN;
-}
-
 } // namespace
+
+using rendezvous::kBackupGraceNs;
+using rendezvous::kMaxGroups;
 
 // ---- listener ---------------------------------------------------------------------------
 
@@ -33,45 +28,18 @@ int TcpListener::create(const std::vector<Device> &devs, int dev_index, const Pa
                         ListenHandle *handle, std::shared_ptr<TcpListener> *out)
 {
     auto l = std::make_shared<TcpListener>();
-    std::vector<int> order{dev_index};
-    for (int d = 0; d < static_cast<int>(devs.size()); ++d)
-        if (d != dev_index && order.size() < ListenHandle::kMaxAddrs) order.push_back(d);
-    handle->addrs.clear();
-    handle->addr_devs.clear();
-    for (int d : order) {
-        const Device &dev = devs[static_cast<size_t>(d)];
-        int fd = make_socket(dev.addr.family);
-        if (fd < 0) return fd;
-        UniqueFd owned(fd);
-        sockaddr_storage ss;
-        Endpoint bind_at = dev.addr;
-        bind_at.port = 0;
-        socklen_t len = bind_at.to_sockaddr(&ss);
-        if (::bind(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 || ::listen(fd, 128) != 0) {
-            int rc = -errno;
-            if (d == dev_index) {
-                VLOG_WARN("listen on dev %s %s failed: %s", dev.name.c_str(),
-                          bind_at.to_string().c_str(), strerror(errno));
-                return rc;
-            }
-            VLOG_INFO(NCCL_NET, "no backup listener on dev %s: %s", dev.name.c_str(), strerror(errno));
-            continue;
-        }
-        len = sizeof(ss);
-        getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len);
-        Endpoint bound;
-        Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &bound);
-        handle->addrs.push_back(bound);
-        handle->addr_devs.push_back(static_cast<uint8_t>(d));
-        l->listening_.push_back(Listening{std::move(owned), d});
-    }
-    if (int rc = random_bytes(l->nonce_.data(), l->nonce_.size()); rc != 0) return rc;
     l->devs_ = devs;
+    if (int rc = rendezvous::listen_on(dev_index, l->device_addrs(), handle, &l->listening_, &l->nonce_); rc != 0)
+        return rc;
     l->timeout_ns_ = static_cast<uint64_t>(params.handshake_timeout_ms) * 1'000'000ull;
-    handle->dev = static_cast<uint16_t>(dev_index);
-    handle->nonce = l->nonce_;
     *out = std::move(l);
     return 0;
+}
+
+rendezvous::DeviceAddrs TcpListener::device_addrs() const
+{
+    return {static_cast<int>(devs_.size()), [this](int d) { return devs_[static_cast<size_t>(d)].addr; },
+            [this](int d) { return devs_[static_cast<size_t>(d)].name; }};
 }
 
 void TcpListener::reject(Pending &p, const char *why)
@@ -85,34 +53,16 @@ void TcpListener::reject(Pending &p, const char *why)
 // Called with mu_ held.
 int TcpListener::pump(uint64_t now)
 {
-    for (Listening &lf : listening_) {
-        for (;;) {
-            sockaddr_storage ss;
-            socklen_t len = sizeof(ss);
-            int fd = ::accept4(lf.fd.get(), reinterpret_cast<sockaddr *>(&ss), &len,
-                               SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-                    errno == ECONNABORTED || errno == EMFILE || errno == ENFILE)
-                    break; // nothing now, or transient: try again on the next call
-                int rc = -errno;
-                VLOG_WARN("dev %s: accept failed: %s", devs_[static_cast<size_t>(lf.dev)].name.c_str(),
-                          strerror(errno));
-                if (&lf == &listening_.front()) return rc;
-                break; // a backup device's listener failing costs only backups
-            }
-            Pending p;
-            p.fd.reset(fd);
-            p.dev = lf.dev;
-            Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &p.peer);
-            p.deadline_ns = now + timeout_ns_;
-            if (pending_.size() >= kMaxPending) {
-                reject(p, "too many connections awaiting their hello");
-                continue;
-            }
-            pending_.push_back(std::move(p));
-        }
-    }
+    const int rc = rendezvous::accept_all(listening_, device_addrs(), [this] { return pending_.size(); },
+                                          [&](UniqueFd fd, int dev, const Endpoint &peer) {
+                                              Pending p;
+                                              p.fd = std::move(fd);
+                                              p.dev = dev;
+                                              p.peer = peer;
+                                              p.deadline_ns = now + timeout_ns_;
+                                              pending_.push_back(std::move(p));
+                                          });
+    if (rc != 0) return rc;
     for (Pending &p : pending_) {
         while (p.fd && p.got < p.buf.size()) {
             ssize_t n = recv(p.fd.get(), p.buf.data() + p.got, p.buf.size() - p.got, MSG_DONTWAIT);
@@ -224,9 +174,7 @@ void TcpListener::take(Pending &p)
     Hello h;
     if (const char *bad = h.decode(p.buf.data()); bad != nullptr) return reject(p, bad);
     if (!nonce_equal(h.nonce, nonce_)) {
-        // One WARN per impostor path, not per stream: its other streams carry the same id.
-        if (h.conn_id == last_rejected_conn_) return p.fd.reset();
-        last_rejected_conn_ = h.conn_id;
+        if (!refusals_.first(h.conn_id)) return p.fd.reset();
         return reject(p, "wrong nonce");
     }
     const bool rebuild = hello_rebuild(h.path_kind);
@@ -303,7 +251,7 @@ void TcpListener::complete(Group &g, RecvPaths *out)
     g = Group{};
     served_.push_back(conn_id);
     std::vector<int> lfds;
-    for (const Listening &l : listening_) lfds.push_back(l.fd.get());
+    for (const rendezvous::ListenSocket &l : listening_) lfds.push_back(l.fd.get());
     paths.acceptor = std::make_unique<TcpAcceptor>(shared_from_this(), conn_id, std::move(lfds));
     *out = std::move(paths);
 }
@@ -347,77 +295,37 @@ TcpPathConnector::TcpPathConnector(const Device &local, int local_dev, const End
 {
 }
 
-int TcpPathConnector::start_connect(Stream &st)
+int TcpPathConnector::start_connect(UniqueFd *fd)
 {
-    int fd = make_socket(remote_.family);
-    if (fd < 0) return fd;
-    st.fd.reset(fd);
-    // Pin the stream to its device: source address, and the interface itself when allowed
-    // (SO_BINDTODEVICE needs CAP_NET_RAW; without it routing decides the egress port).
-    sockaddr_storage ss;
-    Endpoint src = local_.addr;
-    src.port = 0;
-    if (src.family == remote_.family) {
-        socklen_t len = src.to_sockaddr(&ss);
-        if (::bind(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0) return -errno;
-        setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, local_.name.c_str(),
-                   static_cast<socklen_t>(local_.name.size()));
-    }
-    if (int rc = tune_socket(fd, buf_bytes_); rc != 0) return rc;
-    socklen_t len = remote_.to_sockaddr(&ss);
-    if (::connect(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 && errno != EINPROGRESS)
-        return -errno;
-    return 0;
+    return rendezvous::start_connect(local_.addr, remote_, true, [this](int s, bool bound) {
+        // Pin the stream to its device: the source address, and the interface itself when
+        // allowed (SO_BINDTODEVICE needs CAP_NET_RAW; without it routing picks the port).
+        if (bound)
+            setsockopt(s, SOL_SOCKET, SO_BINDTODEVICE, local_.name.c_str(),
+                       static_cast<socklen_t>(local_.name.size()));
+        return tune_socket(s, buf_bytes_);
+    }, fd);
 }
 
 int TcpPathConnector::step(uint64_t now, std::string *why)
 {
     if (done_) return 0;
     bool all_sent = true;
+    const auto start = [this](UniqueFd *fd) { return start_connect(fd); };
     for (size_t i = 0; i < streams_.size(); ++i) {
         Stream &st = streams_[i];
-        if (!st.connected) {
-            if (!st.fd) {
-                if (now < st.retry_at_ns) {
-                    all_sent = false;
-                    continue;
-                }
-                if (int rc = start_connect(st); rc != 0) {
-                    if (!transient_connect_error(-rc) || now > connect_deadline_ns_)
-                        return *why = strerror(-rc), rc;
-                    st.fd.reset();
-                    st.retry_at_ns = now + kRetryNs;
-                    all_sent = false;
-                    continue;
-                }
-            }
-            pollfd pfd{st.fd.get(), POLLOUT, 0};
-            if (poll(&pfd, 1, 0) <= 0) {
-                if (now > connect_deadline_ns_)
-                    return *why = "connect did not complete in time", -ETIMEDOUT;
-                all_sent = false;
-                continue;
-            }
-            int err = 0;
-            socklen_t len = sizeof(err);
-            getsockopt(st.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-            if (err != 0) {
-                if (!transient_connect_error(err)) return *why = strerror(err), -err;
-                if (now > connect_deadline_ns_)
-                    return *why = std::string(strerror(err)) + " until the connect deadline", -err;
-                st.fd.reset();
-                st.retry_at_ns = now + kRetryNs;
-                all_sent = false;
-                continue;
-            }
-            st.connected = true;
+        const int c = st.conn.step(now, connect_deadline_ns_, start, why);
+        if (c < 0) return c;
+        if (c == 0) {
+            all_sent = false;
+            continue;
         }
         if (st.hello_sent < Hello::kSize) {
             Hello h = hello_;
             h.stream = static_cast<uint8_t>(i);
             std::array<uint8_t, Hello::kSize> bytes;
             h.encode(bytes.data());
-            ssize_t n = send(st.fd.get(), bytes.data() + st.hello_sent, Hello::kSize - st.hello_sent,
+            ssize_t n = send(st.conn.fd().get(), bytes.data() + st.hello_sent, Hello::kSize - st.hello_sent,
                              MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n > 0) st.hello_sent += static_cast<size_t>(n);
             else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -428,7 +336,7 @@ int TcpPathConnector::step(uint64_t now, std::string *why)
     if (!all_sent) return 0;
     if (answer_deadline_ns_ == 0) answer_deadline_ns_ = now + handshake_timeout_ns_;
     while (answer_got_ < answer_.size()) {
-        ssize_t n = recv(streams_[0].fd.get(), answer_.data() + answer_got_,
+        ssize_t n = recv(streams_[0].conn.fd().get(), answer_.data() + answer_got_,
                          answer_.size() - answer_got_, MSG_DONTWAIT);
         if (n > 0) {
             answer_got_ += static_cast<size_t>(n);
@@ -454,7 +362,7 @@ int TcpPathConnector::step(uint64_t now, std::string *why)
 std::vector<UniqueFd> TcpPathConnector::take_fds()
 {
     std::vector<UniqueFd> fds;
-    for (Stream &st : streams_) fds.push_back(std::move(st.fd));
+    for (Stream &st : streams_) fds.push_back(std::move(st.conn.fd()));
     return fds;
 }
 

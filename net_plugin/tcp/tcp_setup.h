@@ -15,6 +15,7 @@
 #include "../fabric.h"
 #include "../handle.h"
 #include "../progress.h"
+#include "../rendezvous.h"
 #include "../sockets/interfaces.h"
 #include "params.h"
 #include "../sockets/socket.h"
@@ -26,17 +27,13 @@ namespace vigil::net::tcp {
 /// devices (where backup paths arrive), plus the half-open connections that have not yet
 /// proven they hold this listener's nonce. After accept() it stays alive inside the acceptor
 /// of the connection it produced (NCCL closes the listenComm at once), to take that
-/// connection's rebuilt paths. Thread-safe (one internal lock: NCCL's proxy thread and the progress engine may
-/// both drive it). Bounded: at most kMaxPending sockets awaiting a hello and kMaxGroups
-/// partially connected connections; excess connections are closed with a WARN.
+/// connection's rebuilt paths. Thread-safe (one internal lock: NCCL's proxy thread and the
+/// progress engine may both drive it). Bounded (rendezvous.h): at most kMaxPending sockets
+/// awaiting a hello and kMaxGroups partially connected connections; excess connections are
+/// closed with a WARN.
 class TcpListener : public std::enable_shared_from_this<TcpListener>
 {
 public:
-    static constexpr size_t kMaxPending = 64;
-    static constexpr size_t kMaxGroups = 16;
-    /// How long a connection whose primary path is complete waits for its backup.
-    static constexpr uint64_t kBackupGraceNs = 1'000'000'000ull;
-
     /// Listens on devs[dev_index] and, for backups, up to ListenHandle::kMaxAddrs - 1 other
     /// devices; fills `handle` (version, addresses with their device indices, fresh nonce).
     /// Returns 0 or -errno (only the primary device's socket is required).
@@ -62,10 +59,6 @@ public:
     bool busy();
 
 private:
-    struct Listening {
-        UniqueFd fd;
-        int dev = 0;
-    };
     struct Pending {
         UniqueFd fd;
         int dev = 0;
@@ -100,13 +93,15 @@ private:
     };
 
     int pump(uint64_t now);
+    /// This listener's devices for the rendezvous helpers.
+    rendezvous::DeviceAddrs device_addrs() const;
     void reject(Pending &p, const char *why);
     void take(Pending &p);
     void complete(Group &g, RecvPaths *out);
     bool answer(int fd);
 
     std::mutex mu_;
-    std::vector<Listening> listening_;
+    std::vector<rendezvous::ListenSocket> listening_;
     std::vector<Device> devs_;
     std::array<uint8_t, 16> nonce_{};
     uint64_t timeout_ns_ = 0;
@@ -114,7 +109,7 @@ private:
     std::vector<Group> groups_;
     std::vector<uint64_t> served_; // conn_ids of the connections this listener produced
     std::vector<Rebuilt> rebuilt_;
-    uint64_t last_rejected_conn_ = 0; // conn_id of the last path rejected for its nonce
+    rendezvous::NonceRefusals refusals_;
 };
 
 /// Where one path of a connection goes: from local device `local_dev` (-1: no such path)
@@ -142,12 +137,12 @@ public:
 
 private:
     struct Stream {
-        UniqueFd fd;
-        bool connected = false;
+        rendezvous::Connect conn;
         size_t hello_sent = 0;
-        uint64_t retry_at_ns = 0;
     };
-    int start_connect(Stream &st);
+    /// rendezvous::Connect's start: bound to the local device (and pinned to its interface
+    /// where allowed), tuned before the handshake.
+    int start_connect(UniqueFd *fd);
 
     Device local_;
     int local_dev_;
@@ -226,18 +221,6 @@ private:
     std::vector<int> fds_;
     std::atomic<bool> event_{true};
     uint64_t next_sweep_ns_ = 0;
-};
-
-/// NCCL's listenComm as the core sees it: the shared listener (its acceptors keep it alive
-/// after NCCL closes the listenComm).
-class TcpListenComm final : public Listener
-{
-public:
-    explicit TcpListenComm(std::shared_ptr<TcpListener> l) : l_(std::move(l)) {}
-    int accept(RecvPaths *out) override { return l_->accept(out); }
-
-private:
-    std::shared_ptr<TcpListener> l_;
 };
 
 /// The identity of path `path_id` over the connected streams `fds` (their endpoints, their

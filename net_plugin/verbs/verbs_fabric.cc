@@ -153,7 +153,7 @@ int VerbsFabric::listen(int dev, ListenHandle *handle, std::unique_ptr<Listener>
 {
     std::shared_ptr<VerbsListener> l;
     if (int rc = VerbsListener::create(*this, dev, handle, &l); rc != 0) return rc;
-    *out = std::make_unique<VerbsListenComm>(std::move(l));
+    *out = std::make_unique<rendezvous::ListenComm<VerbsListener>>(std::move(l));
     return 0;
 }
 

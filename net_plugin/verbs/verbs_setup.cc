@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include "clock.h"
@@ -18,14 +17,7 @@
 namespace vigil::net::verbs_fabric {
 namespace {
 
-constexpr uint64_t kRetryNs = 20'000'000;             // between refused connects
 constexpr uint64_t kRebuildAttemptNs = 2'000'000'000; // one rebuild attempt, at most (QP set-up included)
-
-bool transient_connect_error(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
-           err == ENETDOWN;
-}
 
 std::string qp_list(const PathEnd &e)
 {
@@ -86,22 +78,29 @@ PathIdentity PathSetup::identity() const
     return id;
 }
 
-int PathSetup::start_connect(std::string *why)
+int PathSetup::connect_step(uint64_t now, std::string *why)
 {
-    int fd = make_socket(remote_.family);
-    if (fd < 0) return *why = strerror(-fd), fd;
-    fd_.reset(fd);
-    tune_socket(fd, 0);
-    sockaddr_storage ss;
-    Endpoint src = fabric_.bootstrap(local_dev_);
-    src.port = 0;
-    if (src.family == remote_.family) {
-        socklen_t len = src.to_sockaddr(&ss);
-        ::bind(fd, reinterpret_cast<sockaddr *>(&ss), len); // best effort: the set-up socket may route anywhere
-    }
-    socklen_t len = remote_.to_sockaddr(&ss);
-    if (::connect(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 && errno != EINPROGRESS)
-        return *why = strerror(errno), -errno;
+    const auto start = [this](UniqueFd *fd) {
+        // The set-up socket may route anywhere: binding to the device's address is best effort.
+        return rendezvous::start_connect(fabric_.bootstrap(local_dev_), remote_, false, [](int s, bool) {
+            (void)tune_socket(s, 0);
+            return 0;
+        }, fd);
+    };
+    const int c = conn_.step(now, deadline_ns_, start, why);
+    if (c <= 0) return c;
+    fd_ = std::move(conn_.fd());
+    // Connected: make the QPs and say hello.
+    qps_ = std::make_unique<QpSet>();
+    if (int rc = qps_->create(fabric_.port_info(local_dev_), fabric_.qp_config(tc_), why); rc != 0) return rc;
+    hello_.end = qps_->local_end();
+    hello_.end.ring_addr = 0; // the sender's ring is never written
+    hello_.end.ring_rkey = 0;
+    out_.assign(Hello::kSize, 0);
+    hello_.encode(out_.data());
+    out_off_ = 0;
+    state_ = State::kSendHello;
+    deadline_ns_ = now + fabric_.handshake_timeout_ns();
     return 0;
 }
 
@@ -143,44 +142,10 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
     bool all = false;
     for (;;) {
         switch (state_) {
-        case State::kConnect: {
-            if (!fd_) {
-                if (now < retry_at_ns_) return 0;
-                if (int rc = start_connect(why); rc != 0) {
-                    if (!transient_connect_error(-rc) || now > deadline_ns_) return rc;
-                    fd_.reset();
-                    retry_at_ns_ = now + kRetryNs;
-                    return 0;
-                }
-            }
-            pollfd pfd{fd_.get(), POLLOUT, 0};
-            if (poll(&pfd, 1, 0) <= 0) {
-                if (now > deadline_ns_) return *why = "connect did not complete in time", -ETIMEDOUT;
-                return 0;
-            }
-            int err = 0;
-            socklen_t len = sizeof(err);
-            getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-            if (err != 0) {
-                if (!transient_connect_error(err) || now > deadline_ns_)
-                    return *why = std::string("connect: ") + strerror(err), -err;
-                fd_.reset();
-                retry_at_ns_ = now + kRetryNs;
-                return 0;
-            }
-            // Connected: make the QPs and say hello.
-            qps_ = std::make_unique<QpSet>();
-            if (int rc = qps_->create(fabric_.port_info(local_dev_), fabric_.qp_config(tc_), why); rc != 0) return rc;
-            hello_.end = qps_->local_end();
-            hello_.end.ring_addr = 0; // the sender's ring is never written
-            hello_.end.ring_rkey = 0;
-            out_.assign(Hello::kSize, 0);
-            hello_.encode(out_.data());
-            out_off_ = 0;
-            state_ = State::kSendHello;
-            deadline_ns_ = now + fabric_.handshake_timeout_ns();
+        case State::kConnect:
+            if (int rc = connect_step(now, why); rc != 0) return rc;
+            if (state_ == State::kConnect) return 0;
             continue;
-        }
         case State::kSendHello:
             if (int rc = send_rest(&all, why); rc != 0) return rc;
             if (!all) break;
@@ -261,41 +226,16 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
 int VerbsListener::create(VerbsFabric &fabric, int dev, ListenHandle *handle, std::shared_ptr<VerbsListener> *out)
 {
     auto l = std::make_shared<VerbsListener>(fabric);
-    std::vector<int> order{dev};
-    for (int d = 0; d < static_cast<int>(fabric.devices().size()); ++d)
-        if (d != dev && order.size() < ListenHandle::kMaxAddrs) order.push_back(d);
-    handle->addrs.clear();
-    handle->addr_devs.clear();
-    for (int d : order) {
-        Endpoint at = fabric.bootstrap(d);
-        at.port = 0;
-        int fd = make_socket(at.family);
-        if (fd < 0) return fd;
-        UniqueFd owned(fd);
-        sockaddr_storage ss;
-        socklen_t len = at.to_sockaddr(&ss);
-        if (::bind(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 || ::listen(fd, 128) != 0) {
-            const int rc = -errno;
-            if (d == dev) {
-                VLOG_WARN("listen on dev %s %s failed: %s", fabric.dev_name(d).c_str(), at.to_string().c_str(),
-                          strerror(errno));
-                return rc;
-            }
-            continue; // that device gets no backups from this listener
-        }
-        len = sizeof(ss);
-        getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len);
-        Endpoint bound;
-        Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &bound);
-        handle->addrs.push_back(bound);
-        handle->addr_devs.push_back(static_cast<uint8_t>(d));
-        l->listening_.push_back(Listening{std::move(owned), d});
-    }
-    if (int rc = random_bytes(l->nonce_.data(), l->nonce_.size()); rc != 0) return rc;
-    handle->dev = static_cast<uint16_t>(dev);
-    handle->nonce = l->nonce_;
+    if (int rc = rendezvous::listen_on(dev, l->device_addrs(), handle, &l->listening_, &l->nonce_); rc != 0)
+        return rc;
     *out = std::move(l);
     return 0;
+}
+
+rendezvous::DeviceAddrs VerbsListener::device_addrs() const
+{
+    return {static_cast<int>(fabric_.devices().size()), [this](int d) { return fabric_.bootstrap(d); },
+            [this](int d) { return fabric_.dev_name(d); }};
 }
 
 void VerbsListener::finish(PathSetup &s, uint64_t now)
@@ -310,7 +250,7 @@ void VerbsListener::finish(PathSetup &s, uint64_t now)
     for (Group &c : groups_)
         if (c.conn_id == h.conn_id) g = &c;
     if (g == nullptr) {
-        if (groups_.size() >= kMaxGroups) {
+        if (groups_.size() >= rendezvous::kMaxGroups) {
             VLOG_WARN("dev %s: too many connections being set up; dropped one", fabric_.dev_name(s.local_dev()).c_str());
             return;
         }
@@ -330,26 +270,14 @@ void VerbsListener::finish(PathSetup &s, uint64_t now)
     g->paths[h.slot] = std::move(path);
 }
 
-void VerbsListener::pump(uint64_t now)
+int VerbsListener::pump(uint64_t now)
 {
-    for (Listening &lf : listening_) {
-        for (;;) {
-            sockaddr_storage ss;
-            socklen_t len = sizeof(ss);
-            int fd = ::accept4(lf.fd.get(), reinterpret_cast<sockaddr *>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0) break; // nothing now, or transient: the next call tries again
-            UniqueFd owned(fd);
-            Endpoint peer;
-            Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &peer);
-            if (pending_.size() >= kMaxPending) {
-                VLOG_WARN("dev %s: rejected connection from %s: too many connections awaiting their hello; still listening",
-                          fabric_.dev_name(lf.dev).c_str(), peer.to_string().c_str());
-                continue;
-            }
-            pending_.push_back(std::make_unique<PathSetup>(fabric_, lf.dev, std::move(owned), peer,
-                                                           now + fabric_.handshake_timeout_ns()));
-        }
-    }
+    const int rc = rendezvous::accept_all(listening_, device_addrs(), [this] { return pending_.size(); },
+                                          [&](UniqueFd fd, int dev, const Endpoint &peer) {
+                                              pending_.push_back(std::make_unique<PathSetup>(
+                                                  fabric_, dev, std::move(fd), peer,
+                                                  now + fabric_.handshake_timeout_ns()));
+                                          });
     auto check = [&](const Hello &h) -> const char * {
         if (!nonce_equal(h.nonce, nonce_)) return "wrong nonce";
         if (h.rebuild && std::find(served_.begin(), served_.end(), h.conn_id) == served_.end())
@@ -363,13 +291,13 @@ void VerbsListener::pump(uint64_t now)
             // One WARN per impostor connection, not per path. A rebuild that fails (its port,
             // or the peer's, is still down) is expected while a path heals: INFO.
             const bool quiet = p->hello().rebuild || !fabric_.port_active(p->local_dev());
+            const bool repeat = why == "wrong nonce" && !refusals_.first(p->hello().conn_id);
             if (quiet)
                 VLOG_INFO(NCCL_NET, "dev %s: path set-up from %s failed: %s",
                           fabric_.dev_name(p->local_dev()).c_str(), p->remote().to_string().c_str(), why.c_str());
-            else if (!(why == "wrong nonce" && p->hello().conn_id == last_rejected_conn_))
+            else if (!repeat)
                 VLOG_WARN("dev %s: rejected connection from %s: %s; still listening",
                           fabric_.dev_name(p->local_dev()).c_str(), p->remote().to_string().c_str(), why.c_str());
-            if (why == "wrong nonce") last_rejected_conn_ = p->hello().conn_id;
             p.reset();
             continue;
         }
@@ -379,6 +307,7 @@ void VerbsListener::pump(uint64_t now)
         }
     }
     std::erase_if(pending_, [](const auto &p) { return !p; });
+    return rc;
 }
 
 int VerbsListener::accept(RecvPaths *out)
@@ -386,12 +315,12 @@ int VerbsListener::accept(RecvPaths *out)
     *out = RecvPaths{};
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t now = now_ns();
-    pump(now);
+    if (int rc = pump(now); rc != 0) return rc;
     for (Group &g : groups_) {
         if (g.conn_id == 0) continue;
         if (g.paths[kPrimary]) {
             if (g.primary_done_ns == 0) g.primary_done_ns = now;
-            if (g.npaths == 1 || g.paths[kBackup] || now - g.primary_done_ns > kBackupGraceNs) {
+            if (g.npaths == 1 || g.paths[kBackup] || now - g.primary_done_ns > rendezvous::kBackupGraceNs) {
                 out->paths[kPrimary] = std::move(g.paths[kPrimary]);
                 out->paths[kBackup] = std::move(g.paths[kBackup]);
                 out->devs = g.devs;
@@ -401,7 +330,7 @@ int VerbsListener::accept(RecvPaths *out)
                 g = Group{};
                 break;
             }
-        } else if (now > g.deadline_ns + kBackupGraceNs) {
+        } else if (now > g.deadline_ns + rendezvous::kBackupGraceNs) {
             g = Group{}; // a backup whose primary never came
         }
     }

@@ -15,6 +15,7 @@
 
 #include "../fabric.h"
 #include "../handle.h"
+#include "../rendezvous.h"
 #include "../sockets/socket.h"
 #include "verbs_path.h"
 #include "verbs_wire.h"
@@ -49,7 +50,8 @@ public:
 
 private:
     enum class State { kConnect, kSendHello, kReadAnswer, kSendReady, kReadHello, kSendAnswer, kReadReady, kDone };
-    int start_connect(std::string *why);
+    /// kConnect: the socket connects (rendezvous::Connect), then the QPs and the hello.
+    int connect_step(uint64_t now, std::string *why);
     /// Writes the rest of out_; true when all of it is written.
     int send_rest(bool *all, std::string *why);
     /// Reads up to `want` bytes into in_; true when they are all there.
@@ -60,9 +62,9 @@ private:
     State state_;
     int local_dev_;
     Endpoint remote_;
+    rendezvous::Connect conn_; // connector side, until connected
     UniqueFd fd_;
     uint64_t deadline_ns_;
-    uint64_t retry_at_ns_ = 0;
     int tc_ = -1;
     Hello hello_;
     std::unique_ptr<QpSet> qps_;
@@ -75,14 +77,11 @@ private:
 /// NCCL's listenComm of the verbs fabric: a listening socket on the comm's device and on up
 /// to three other devices (where backup paths arrive), the paths being set up, and, after
 /// accept(), the rebuilt paths of the connections it produced (kept alive by their
-/// acceptors). Thread-safe (one lock). Bounded like the TCP listener: kMaxPending sockets
-/// in set-up, kMaxGroups connections half set up.
+/// acceptors). Thread-safe (one lock). Bounded as the TCP listener (rendezvous.h):
+/// kMaxPending sockets in set-up, kMaxGroups connections half set up.
 class VerbsListener : public std::enable_shared_from_this<VerbsListener>
 {
 public:
-    static constexpr size_t kMaxPending = 64;
-    static constexpr size_t kMaxGroups = 16;
-    static constexpr uint64_t kBackupGraceNs = 1'000'000'000ull;
 
     static int create(VerbsFabric &fabric, int dev, ListenHandle *handle, std::shared_ptr<VerbsListener> *out);
     int accept(RecvPaths *out);
@@ -91,10 +90,6 @@ public:
     explicit VerbsListener(VerbsFabric &f) : fabric_(f) {}
 
 private:
-    struct Listening {
-        UniqueFd fd;
-        int dev = 0;
-    };
     struct Group {
         uint64_t conn_id = 0;
         int npaths = 1;
@@ -107,33 +102,27 @@ private:
         uint64_t conn_id = 0;
         std::unique_ptr<VerbsRecvPath> path;
     };
-    void pump(uint64_t now);
+    /// Accepts set-up sockets and steps every path being set up. 0, or -errno when the
+    /// listening socket of the handle's device failed.
+    int pump(uint64_t now);
+    /// This listener's devices for the rendezvous helpers.
+    rendezvous::DeviceAddrs device_addrs() const;
     void finish(PathSetup &s, uint64_t now);
     /// A flusher for each slot of `out` whose device writes GPU memory.
     void add_flushers(RecvPaths *out);
 
     VerbsFabric &fabric_;
     std::mutex mu_;
-    std::vector<Listening> listening_;
+    std::vector<rendezvous::ListenSocket> listening_;
     std::array<uint8_t, 16> nonce_{};
     std::vector<std::unique_ptr<PathSetup>> pending_;
     std::vector<Group> groups_;
     std::vector<uint64_t> served_;
     std::vector<Rebuilt> rebuilt_;
-    uint64_t last_rejected_conn_ = 0;
+    rendezvous::NonceRefusals refusals_;
 };
 
-/// The core's view of the listener, and of the rebuilt paths of one connection.
-class VerbsListenComm final : public Listener
-{
-public:
-    explicit VerbsListenComm(std::shared_ptr<VerbsListener> l) : l_(std::move(l)) {}
-    int accept(RecvPaths *out) override { return l_->accept(out); }
-
-private:
-    std::shared_ptr<VerbsListener> l_;
-};
-
+/// The rebuilt paths of one connection, from the listener that produced it.
 class VerbsAcceptor final : public PathAcceptor
 {
 public:

@@ -575,7 +575,7 @@ TEST_CASE("raw clients sending garbage, a truncated hello or nothing are each re
 
     SECTION("more silent clients than the listener keeps pending")
     {
-        constexpr size_t kMax = vn::tcp::TcpListener::kMaxPending;
+        constexpr size_t kMax = vn::rendezvous::kMaxPending;
         constexpr size_t kExtra = 3;
         std::vector<std::unique_ptr<RawClient>> flood;
         for (size_t i = 0; i < kMax + kExtra; ++i) flood.push_back(std::make_unique<RawClient>(ep));
