@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "fabric.h"
+#include "../fabric.h"
 
 namespace vigil::net::tcp {
 

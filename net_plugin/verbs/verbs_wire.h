@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "fabric.h"
+#include "../fabric.h"
 
 namespace vigil::net::verbs_fabric {
 

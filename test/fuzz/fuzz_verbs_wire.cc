@@ -10,7 +10,7 @@
 // Ctl of the input's own length, as a RECV slot receives it.
 // Properties: what decodes re-encodes to the same bytes (Answer: its status, and its end when
 // the status is 0; Ctl: its 24-byte header, and a CTS group's entries or a holding answer's
-// bitmap through decode_cts/decode_holding and back), and what the verbs path then trusts is bounded
+// bitmap, with the header fields they use, through decode_cts/decode_holding and back), and what the verbs path then trusts is bounded
 // (QP count 1..16 with every used QP number non-zero and 24-bit, MTU 1..5, a CTS group of
 // 1..8 entries of exactly the bytes received, an entry index < 8, a record's size within
 // the limit and its sequence number matching the immediate; a short immediate's fields in
@@ -93,6 +93,7 @@ void ctl(const uint8_t *p, size_t len)
     c.encode(again.data());
     FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
     // The payload, through the structure the path hands the core and back.
+    // (Only the header fields each message uses: a CTS carries no generation.)
     std::array<uint8_t, vw::kCtlBytes> body{};
     vw::Ctl h;
     size_t n = 0;
@@ -100,14 +101,14 @@ void ctl(const uint8_t *p, size_t len)
         const vigil::net::CtsGroup g = vw::decode_cts(c, p + vw::Ctl::kSize);
         FUZZ_CHECK(g.n == c.count && g.index == c.a && g.first_seq == c.b);
         n = vw::encode_cts(g, &h, body.data());
+        FUZZ_CHECK(h.kind == c.kind && h.count == c.count && h.a == c.a && h.b == c.b);
     } else if (c.kind == vw::Ctl::kHolding) {
         n = vw::encode_holding(vw::decode_holding(c, p + vw::Ctl::kSize), c.gen, &h, body.data());
+        FUZZ_CHECK(h.kind == c.kind && h.gen == c.gen && h.a == c.a);
     } else {
         return;
     }
     FUZZ_CHECK(vw::Ctl::kSize + n == len);
-    h.encode(again.data());
-    FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
     FUZZ_CHECK(std::memcmp(body.data(), p + vw::Ctl::kSize, n) == 0);
 }
 
