@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: Apache-2.0
+// Telemetry: wait time over real TCP (kernel receive timestamps, ack delay, the comm's drain rule).
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "recv_comm.h"
+#include "send_comm.h"
+#include "tcp/tcp_path.h"
+#include "telemetry/registry.h"
+#include "telemetry/window.h"
+#include "telemetry_support.h"
+
+using vt::kRingCapacity;
+using vt::PathEntry;
+using vt::RegistryView;
+using vt::WindowRecord;
+
+// =========================================================================================
+// Wait time over real TCP: kernel receive timestamps, the ack delay, the comm's drain rule
+// =========================================================================================
+
+namespace {
+
+namespace vn = vigil::net;
+namespace vtcp = vigil::net::tcp;
+
+// A connected pair of non-blocking TCP sockets over loopback: [0] connects, [1] accepted.
+std::array<vigil::net::UniqueFd, 2> tcp_pair()
+{
+    vigil::net::UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(l.get() >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    REQUIRE(bind(l.get(), reinterpret_cast<sockaddr *>(&a), len) == 0);
+    REQUIRE(listen(l.get(), 1) == 0);
+    REQUIRE(getsockname(l.get(), reinterpret_cast<sockaddr *>(&a), &len) == 0);
+    vigil::net::UniqueFd c(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(connect(c.get(), reinterpret_cast<sockaddr *>(&a), len) == 0);
+    vigil::net::UniqueFd s(accept4(l.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    REQUIRE(s.get() >= 0);
+    REQUIRE(fcntl(c.get(), F_SETFL, fcntl(c.get(), F_GETFL) | O_NONBLOCK) == 0);
+    const int one = 1;
+    for (int fd : {c.get(), s.get()}) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return {std::move(c), std::move(s)};
+}
+
+// The two halves of one TCP path with `n` streams over loopback.
+struct TcpPath {
+    std::unique_ptr<vtcp::TcpSendPath> send;
+    std::unique_ptr<vtcp::TcpRecvPath> recv;
+    explicit TcpPath(int n)
+    {
+        std::vector<vigil::net::UniqueFd> a, b;
+        for (int i = 0; i < n; ++i) {
+            auto p = tcp_pair();
+            a.push_back(std::move(p[0]));
+            b.push_back(std::move(p[1]));
+        }
+        vn::PathIdentity id;
+        id.id = 77;
+        id.dev = 0;
+        id.dev_name = "lo";
+        send = std::make_unique<vtcp::TcpSendPath>(std::move(a), id, 64 * 1024);
+        recv = std::make_unique<vtcp::TcpRecvPath>(std::move(b), id);
+        rx_timestamps_on();
+    }
+    // The kernel turns receive timestamps on for the first socket that asks through a
+    // deferred work item (segments that arrive before it ran carry none), and off again with
+    // the last one: keep a socket that asks open for the whole test process, and wait until
+    // its segments come stamped.
+    static void rx_timestamps_on()
+    {
+        static const bool on = [] {
+            static std::array<vigil::net::UniqueFd, 2> keep = tcp_pair();
+            const int one = 1;
+            REQUIRE(setsockopt(keep[1].get(), SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) == 0);
+            for (int i = 0; i < 5000; ++i) {
+                const char c = 'x';
+                REQUIRE(::send(keep[0].get(), &c, 1, 0) == 1);
+                char b[16];
+                alignas(cmsghdr) char ctl[64];
+                iovec iov{b, sizeof(b)};
+                msghdr m{};
+                m.msg_iov = &iov;
+                m.msg_iovlen = 1;
+                m.msg_control = ctl;
+                m.msg_controllen = sizeof(ctl);
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                if (recvmsg(keep[1].get(), &m, MSG_DONTWAIT) > 0 && CMSG_FIRSTHDR(&m) != nullptr)
+                    return true;
+            }
+            return false;
+        }();
+        REQUIRE(on);
+    }
+};
+
+// Receives whole messages into one buffer and acks each at once (what RecvComm does).
+struct AckingSink final : vn::RecvSink {
+    vn::RecvPath *path = nullptr;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 20);
+    std::map<uint64_t, uint64_t> got; // seq -> bytes landed
+    std::map<uint64_t, uint64_t> size;
+    uint64_t floor = 0;
+    vn::Placement locate(uint32_t, uint64_t seq, int32_t, uint64_t sz, int) override
+    {
+        size[seq] = sz;
+        return vn::Placement{vn::Placement::kPlace, buf.data(), 0};
+    }
+    bool still_wanted(uint32_t, uint64_t) override { return true; }
+    int landed(uint64_t seq, uint64_t len, uint32_t gen) override
+    {
+        got[seq] += len;
+        while (got.count(floor) != 0 && got[floor] == size[floor]) ++floor;
+        path->ack(floor, gen);
+        return 0;
+    }
+    void generation(uint32_t, uint64_t, int, uint64_t) override {}
+    int whole(uint32_t, uint64_t, int32_t, uint64_t, int) override { return -EPROTO; } // TCP: none
+    int whole_short(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
+};
+
+struct AckSink final : vn::SendSink {
+    uint64_t newest = 0;
+    void acked(uint64_t seq) override { newest = std::max(newest, seq); }
+    void held(uint64_t) override {}
+    int cts(const vn::CtsGroup &) override { return 0; }
+};
+
+vn::OutMessage message(uint64_t seq, const uint8_t *data, size_t size)
+{
+    vn::OutMessage m;
+    m.seq = seq;
+    m.tag = 1;
+    m.data = data;
+    m.size = size;
+    m.dest.size = size;
+    return m;
+}
+
+void sleep_ms(int ms)
+{
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+constexpr uint64_t kMsNs = 1'000'000;
+
+} // namespace
+
+TEST_CASE("tcp path: acks carry how long the data waited for its reader", "[telemetry][wait]")
+{
+    TcpPath p(2);
+    AckingSink rs;
+    rs.path = p.recv.get();
+    AckSink ss;
+    const std::vector<uint8_t> data(8192, 0x5a); // fits the socket buffers: written at once
+
+    p.send->post(message(0, data.data(), data.size()));
+    REQUIRE(p.send->progress(ss).error == 0);
+    REQUIRE(p.send->idle());
+    sleep_ms(60); // the data waits in the receiver's socket
+    REQUIRE(p.recv->progress(rs).error == 0);
+    REQUIRE(rs.floor == 1);
+    sleep_ms(40); // the ack waits in the sender's socket
+    vn::PathStatus st = p.send->progress(ss);
+    REQUIRE(st.error == 0);
+    CHECK(ss.newest == 1);
+    CHECK(st.wait_ack == 1);
+    INFO("wait " << st.wait_ns / 1e6 << " ms");
+    CHECK(st.wait_ns >= 100 * kMsNs); // both waits, measured by the kernel's timestamps
+    CHECK(st.wait_ns < 100 * kMsNs + 2000 * kMsNs);
+
+    // A heartbeat repeats the ack without its delay: its own unread time only.
+    p.recv->heartbeat();
+    REQUIRE(p.recv->progress(rs).error == 0);
+    st = p.send->progress(ss);
+    CHECK(st.wait_ack == 1);
+    CHECK(st.wait_ns < 60 * kMsNs);
+
+    // A probe that waited does not date the ack of data that did not.
+    p.send->probe();
+    sleep_ms(60);
+    p.send->post(message(1, data.data(), data.size()));
+    REQUIRE(p.send->progress(ss).error == 0);
+    REQUIRE(p.recv->progress(rs).error == 0);
+    REQUIRE(rs.floor == 2);
+    st = p.send->progress(ss);
+    CHECK(st.wait_ack == 2);
+    CHECK(st.wait_ns < 60 * kMsNs);
+}
+
+namespace {
+
+// Sum of wait_us over every window the registry holds for the send path of `comm`.
+uint64_t charged_wait_us(const vn::SendComm *comm)
+{
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(vt::Registry::instance().path(), &why) == 0);
+    const PathEntry *e = find_entry(v, reinterpret_cast<uintptr_t>(comm));
+    REQUIRE(e != nullptr);
+    uint64_t sum = 0;
+    const uint64_t head = e->ring.head.load();
+    for (uint64_t k = head > kRingCapacity ? head - kRingCapacity : 0; k < head; ++k) {
+        WindowRecord w;
+        if (RegistryView::read(*e, k, &w)) sum += w.wait_us;
+    }
+    return sum;
+}
+
+// A sendComm and recvComm over one TCP loopback path, telemetry on (1 ms windows).
+struct TcpConn {
+    std::unique_ptr<vn::SendComm> send;
+    std::unique_ptr<vn::RecvComm> recv;
+    TcpConn()
+    {
+        registry();
+        TcpPath p(1);
+        vn::SendPaths sp;
+        vn::RecvPaths rp;
+        sp.paths[vn::kPrimary] = std::move(p.send);
+        rp.paths[vn::kPrimary] = std::move(p.recv);
+        rp.devs = {{0, -1}};
+        vn::TelemetryConfig tc;
+        tc.window_ns = kW;
+        send = std::make_unique<vn::SendComm>(std::move(sp), rp.devs, vn::FailoverConfig{}, tc);
+        const std::array<int, vn::kMaxPaths> devs{{0, -1}};
+        recv = std::make_unique<vn::RecvComm>(std::move(rp), devs, vn::FailoverConfig{}, tc);
+    }
+    vn::Request *post_recv(std::vector<uint8_t> &buf)
+    {
+        void *d = buf.data();
+        const size_t sz = buf.size();
+        const int tag = 1;
+        vn::MemRegion *mr = nullptr;
+        vn::Request *r = nullptr;
+        REQUIRE(recv->irecv(1, &d, &sz, &tag, &mr, &r) == 0);
+        REQUIRE(r != nullptr);
+        return r;
+    }
+    vn::Request *post_send(const std::vector<uint8_t> &buf)
+    {
+        vn::Request *r = nullptr;
+        for (int i = 0; i < 1000 && r == nullptr; ++i) {
+            REQUIRE(send->isend(buf.data(), buf.size(), 1, nullptr, &r) == 0);
+            if (r == nullptr) sleep_ms(1);
+        }
+        REQUIRE(r != nullptr);
+        return r;
+    }
+    static void wait_done(vn::Comm &c, vn::Request *r)
+    {
+        int done = 0;
+        for (int i = 0; i < 5000 && done == 0; ++i) {
+            REQUIRE(c.test(r, &done, nullptr) == 0);
+            if (done == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        REQUIRE(done == 1);
+    }
+    // Lets the send path's windows close: progress a little later (isend of an unmatched tag).
+    void close_windows()
+    {
+        sleep_ms(3);
+        vn::Request *r = nullptr;
+        std::vector<uint8_t> none(1);
+        REQUIRE(send->isend(none.data(), none.size(), 9, nullptr, &r) == 0);
+        REQUIRE(r == nullptr);
+    }
+};
+
+} // namespace
+
+TEST_CASE("send comm: the end points' wait reported with an ack counts, whatever else is in flight",
+          "[telemetry][wait]")
+{
+    std::vector<uint8_t> data(8192, 0x33), in1(8192), in2(8192);
+    SECTION("the ack of the last message in flight: charged")
+    {
+        TcpConn c;
+        vn::Request *rr = c.post_recv(in1);
+        vn::Request *sr = c.post_send(data);
+        sleep_ms(100); // nothing reads the data
+        TcpConn::wait_done(*c.recv, rr);
+        TcpConn::wait_done(*c.send, sr);
+        c.close_windows();
+        const uint64_t w = charged_wait_us(c.send.get());
+        INFO("charged " << w << " us");
+        CHECK(w >= 100'000);
+        CHECK(w < 100'000 + 2'000'000);
+    }
+    SECTION("an ack read while another message is in flight: charged too (a reader that does not "
+            "run stalls the path however much is queued)")
+    {
+        TcpConn c;
+        vn::Request *rr1 = c.post_recv(in1);
+        vn::Request *rr2 = c.post_recv(in2);
+        vn::Request *sr1 = c.post_send(data);
+        sleep_ms(100);
+        TcpConn::wait_done(*c.recv, rr1); // acks message 0 with a 100 ms delay ...
+        vn::Request *sr2 = c.post_send(data); // ... read when message 1 is already posted
+        TcpConn::wait_done(*c.send, sr1);
+        TcpConn::wait_done(*c.recv, rr2);
+        TcpConn::wait_done(*c.send, sr2);
+        c.close_windows();
+        const uint64_t w = charged_wait_us(c.send.get());
+        INFO("charged " << w << " us");
+        CHECK(w >= 100'000);
+        CHECK(w < 100'000 + 2'000'000);
+    }
+    SECTION("acks read at once: nothing charged")
+    {
+        TcpConn c;
+        for (int i = 0; i < 4; ++i) {
+            vn::Request *rr = c.post_recv(in1);
+            vn::Request *sr = c.post_send(data);
+            TcpConn::wait_done(*c.recv, rr);
+            TcpConn::wait_done(*c.send, sr);
+        }
+        c.close_windows();
+        const uint64_t w = charged_wait_us(c.send.get());
+        INFO("charged " << w << " us");
+        CHECK(w < 50'000);
+    }
+}
