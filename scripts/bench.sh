@@ -18,21 +18,14 @@ bin=$PWD/build/test/netbench/vigil-netbench
 plugin=$PWD/build/net_plugin/libnccl-net-vigil.so
 tmp=$(mktemp -d /tmp/vigil-bench.XXXXXX)
 source scripts/pids.sh
-# The reference servers run in command substitutions (subshells): each records "PID NAME" in
-# $tmp/servers so that an interrupted run still ends exactly the servers it started.
-stop_servers() {
-    local pid name
-    if [[ -f $tmp/servers ]]; then
-        while read -r pid name; do pid_stop "$pid" "$name" || true; done <"$tmp/servers"
-    fi
-}
-trap 'stop_servers; rm -rf "$tmp"' EXIT
+# The reference servers run in command substitutions: each is recorded in $tmp/servers.
+trap 'pid_stop_recorded "$tmp/servers"; rm -rf "$tmp"' EXIT
 # server WHERE NAME CMD...: a reference server in the background; sets BG_PID.
 server() {
     local where=$1 name=$2
     shift 2
     bg_start "$where" "$@" >/dev/null 2>&1
-    echo "$BG_PID $name" >>"$tmp/servers"
+    pid_record "$tmp/servers" "$name"
 }
 
 # run_in WHERE CMD...: WHERE is "local" or a lab host index.

@@ -33,3 +33,16 @@ pid_stop() {
     kill "-${3:-TERM}" "$1" 2>/dev/null || return 1
     wait "$1" 2>/dev/null || true
 }
+
+# Servers started in command substitutions (subshells) cannot hand BG_PID back: each records
+# "PID NAME" in a file instead, so that an interrupted run still ends exactly what it started.
+# pid_record FILE NAME: appends $BG_PID NAME to FILE. pid_stop_recorded FILE: pid_stop of
+# every line of FILE (a missing FILE is nothing to stop).
+pid_record() {
+    echo "$BG_PID $2" >>"$1"
+}
+pid_stop_recorded() {
+    local pid name
+    [[ -f $1 ]] || return 0
+    while read -r pid name; do pid_stop "$pid" "$name" || true; done <"$1"
+}

@@ -177,7 +177,7 @@ int Bench::run()
 
     // listen (one listenComm per channel), exchange handles, then NCCL's proxy pattern:
     // connect and accept both polled until each returns a comm (neither may block).
-    const int nch = o_.workload == "allreduce" ? o_.channels : 1;
+    const int nch = o_.workload == "allreduce" || o_.workload == "bandwidth" ? o_.channels : 1;
     std::vector<uint8_t> my_handles(static_cast<size_t>(nch) * NCCL_NET_HANDLE_MAXSIZE, 0);
     std::vector<void *> listen_comms(static_cast<size_t>(nch), nullptr);
     std::vector<int> ch_dev(static_cast<size_t>(nch));

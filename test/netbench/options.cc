@@ -38,8 +38,9 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
   --slice SIZE         all-reduce slice per request (default 1M)
   --check              validate every received byte (always on for allreduce and multirecv)
   --dev D              NCCL device index to use (default 0)
-  --channels C         all-reduce: C connections per ring neighbour, channel c on device
-                       (dev + c) mod ndevices, slices dealt round-robin (like NCCL channels)
+  --channels C         all-reduce and bandwidth: C connections per ring neighbour, channel c
+                       on device (dev + c) mod ndevices, slices (all-reduce) or messages
+                       (bandwidth) dealt round-robin (like NCCL channels)
   --timeout S          abort with ok:false after S seconds (default 600; 0: never)
   --profile net|PATH   all-reduce: drive an NCCL profiler plugin like NCCL's proxy does (a Coll
                        per iteration, ProxyOps per channel and direction, a ProxyStep per

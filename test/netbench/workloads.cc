@@ -122,7 +122,9 @@ void Bench::latency()
     for (Buffer &b : rb) dereg(b);
 }
 
-// Unidirectional stream rank 0 -> rank 1 with `window` requests in flight, for each size.
+// Unidirectional stream rank 0 -> rank 1 with `window` requests in flight per channel, for
+// each size. With --channels C, message k goes over connection k mod C (NCCL's channels: one
+// connection each, the run ends with the slowest); each buffer stays on one channel.
 void Bench::bandwidth()
 {
     if (o_.nranks != 2) die("bandwidth needs --nranks 2");
@@ -134,21 +136,33 @@ void Bench::bandwidth()
             sizes.push_back(static_cast<size_t>(s));
     }
     const bool sender = o_.rank == 0;
+    const int nch = static_cast<int>(send_comms_.size());
     if (sender) {
-        std::printf("# bandwidth: rank 0 -> rank 1, window %d%s\n", o_.window, o_.check ? ", checked" : "");
+        std::printf("# bandwidth: rank 0 -> rank 1, %d channel%s, window %d per channel%s\n", nch,
+                    nch == 1 ? "" : "s", o_.window, o_.check ? ", checked" : "");
         std::printf("%12s %8s %12s %10s %10s\n", "bytes", "iters", "time_us", "GB/s", "us/msg");
     }
     double best = 0;
     for (size_t size : sizes) {
-        // Up to 1 GiB of buffers per side; each buffer carries one message in flight.
-        const int nbuf = static_cast<int>(std::clamp<size_t>(size ? (1ull << 30) / size : o_.window, 1, o_.window));
+        // Up to 1 GiB of buffers per side; each buffer carries one message in flight. Buffer b
+        // is channel b mod nch's, so the requests in flight are a whole number per channel.
+        const size_t per_ch = std::clamp<size_t>(size ? (1ull << 30) / size / static_cast<size_t>(nch) : o_.window,
+                                                 1, static_cast<size_t>(o_.window));
+        const int nbuf = static_cast<int>(per_ch) * nch;
         int iters = o_.iters;
         if (iters < 0) iters = static_cast<int>(std::clamp<uint64_t>(size ? (2ull << 30) / size : 2000, 8, 20000));
-        const int warmup = o_.warmup < 0 ? std::min(iters / 10 + 1, 50) : o_.warmup;
+        int warmup = o_.warmup < 0 ? std::min(iters / 10 + 1, 50) : o_.warmup;
+        // Whole rounds over the channels, so every channel carries the same number of messages.
+        iters = (iters + nch - 1) / nch * nch;
+        warmup = (warmup + nch - 1) / nch * nch;
         std::vector<Buffer> bufs(static_cast<size_t>(nbuf));
         for (Buffer &b : bufs) reg(b, size);
         std::vector<void *> reqs(static_cast<size_t>(nbuf), nullptr);
-        std::vector<int> msg_of(static_cast<size_t>(nbuf), -1);
+        std::vector<int64_t> msg_of(static_cast<size_t>(nbuf), -1);
+        // Per channel, the k-th send meets the k-th receive: both ends number a channel's
+        // messages k * nch + channel, which is what the sender writes and the receiver checks.
+        std::vector<int64_t> next_msg(static_cast<size_t>(nch));
+        for (int c = 0; c < nch; ++c) next_msg[static_cast<size_t>(c)] = c;
         const int total = warmup + iters;
         int posted = 0, completed = 0;
         double t0 = 0;
@@ -158,27 +172,31 @@ void Bench::bandwidth()
             const int before = posted + completed;
             for (int b = 0; b < nbuf; ++b) {
                 const size_t bi = static_cast<size_t>(b);
+                const int ch = b % nch;
+                int64_t &k = next_msg[static_cast<size_t>(ch)];
                 // The timed part starts with an empty pipe: post past the warm-up only once
                 // every warm-up message completed.
                 const bool drain = posted == warmup && completed < warmup;
-                if (reqs[bi] == nullptr && posted < total && posted - completed < nbuf && !drain) {
+                if (reqs[bi] == nullptr && k < total && posted - completed < nbuf && !drain) {
                     Buffer &buf = bufs[bi];
                     if (sender) {
-                        if (o_.check && msg_of[bi] != posted)
-                            fill(buf.mem.data(), size, static_cast<uint64_t>(posted));
-                        msg_of[bi] = posted;
-                        reqs[bi] = try_send(buf.mem.data(), size, buf.mh_send[0]);
+                        if (o_.check && msg_of[bi] != k) fill(buf.mem.data(), size, static_cast<uint64_t>(k));
+                        msg_of[bi] = k;
+                        reqs[bi] = try_send(buf.mem.data(), size, buf.mh_send[static_cast<size_t>(ch)], ch);
                     } else {
                         void *d = buf.mem.data();
                         size_t sz = size;
-                        msg_of[bi] = posted;
-                        reqs[bi] = try_recv(1, &d, &sz, &tag, &buf.mh_recv[0]);
+                        msg_of[bi] = k;
+                        reqs[bi] = try_recv(1, &d, &sz, &tag, &buf.mh_recv[static_cast<size_t>(ch)], ch);
                     }
-                    if (reqs[bi] != nullptr) ++posted;
+                    if (reqs[bi] != nullptr) {
+                        ++posted;
+                        k += nch;
+                    }
                 }
                 if (reqs[bi] != nullptr) {
                     int got = 0;
-                    if (poll(reqs[bi], &got)) {
+                    if (poll(reqs[bi], &got, sender ? 1 : 0, ch)) {
                         reqs[bi] = nullptr;
                         if (static_cast<size_t>(got) != size) ++errors_;
                         if (!sender && o_.check)
