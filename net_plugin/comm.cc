@@ -42,6 +42,7 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
             progress_locked();
             mu_.unlock();
             if (!polled_.load(std::memory_order_relaxed)) polled_.store(true, std::memory_order_relaxed);
+            take_kicks();
         }
         if (r->state.load(std::memory_order_acquire) != Request::kDone)
             return error_.load(std::memory_order_acquire);
@@ -56,15 +57,18 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
     return 0;
 }
 
-int Comm::attach() noexcept
+int Comm::attach(int numa_node) noexcept
 {
+    ProgressEngine &engine = ProgressEngine::instance();
+    engine.bind(this, numa_node);
     {
         std::lock_guard<std::mutex> g(mu_);
         for (size_t i = 0; i < nfds(); ++i) {
-            int rc = ProgressEngine::instance().add(fd(i), this);
+            int rc = engine.add(fd(i), this);
             if (rc != 0) {
-                for (size_t k = 0; k < i; ++k) ProgressEngine::instance().remove(fd(k));
-                ProgressEngine::instance().quiesce();
+                for (size_t k = 0; k < i; ++k) engine.remove(fd(k), this);
+                engine.quiesce();
+                engine.unbind(this);
                 return rc;
             }
         }
@@ -83,16 +87,41 @@ void Comm::close() noexcept
         std::lock_guard<std::mutex> g(mu_);
         if (!detached_) goodbye_locked();
         detached_ = true;
-        for (size_t i = 0; i < nfds(); ++i) ProgressEngine::instance().remove(fd(i));
+        for (size_t i = 0; i < nfds(); ++i) ProgressEngine::instance().remove(fd(i), this);
     }
     ProgressEngine::instance().quiesce();
+    ProgressEngine::instance().unbind(this);
 }
 
 void Comm::on_ready() noexcept
 {
+    if (ProgressEngine::instance().threads() > 1) {
+        // Never wait behind the application's test(): whoever holds the lock takes the kick
+        // when it lets go (take_kicks), and this thread serves its other comms meanwhile.
+        kick_.store(true, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        take_kicks();
+        return;
+    }
     std::lock_guard<std::mutex> g(mu_);
     if (detached_) return;
     engine_progress_locked();
+}
+
+void Comm::take_kicks() noexcept
+{
+    if (ProgressEngine::instance().threads() == 1) return; // nobody kicks
+
+    // Pairs with on_ready()'s fence: either the kicker's try_lock saw mu_ free, or this load
+    // sees its kick (the store-buffering pattern, seq_cst fences on both sides).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    while (kick_.load(std::memory_order_relaxed)) {
+        if (!mu_.try_lock()) return; // the holder takes it
+        kick_.store(false, std::memory_order_relaxed);
+        if (!detached_) engine_progress_locked();
+        mu_.unlock();
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
 }
 
 void Comm::engine_progress_locked() noexcept
@@ -107,10 +136,14 @@ void Comm::on_tick() noexcept
     if (now < next_timer_ns_.load(std::memory_order_relaxed)) return;
     next_timer_ns_.store(now + kTimerNs, std::memory_order_relaxed);
     const bool polled = polled_.exchange(false, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     if (detached_) return;
-    if (wake_ == polled) {
-        wake_ = !polled;
+    // With one engine thread, an application that polls moves the bytes itself and the engine
+    // sleeps; with several, the engine threads move each connection's bytes on their own cores
+    // whether or not the application polls (it still helps when it finds the comm unlocked).
+    const bool wake = !polled || ProgressEngine::instance().threads() > 1;
+    if (wake_ != wake) {
+        wake_ = wake;
         for (size_t i = 0; i < nfds(); ++i) ProgressEngine::instance().interest(fd(i), this, wake_);
     }
     engine_progress_locked();

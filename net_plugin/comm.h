@@ -96,13 +96,17 @@ public:
     /// (the request is then dead too).
     int test(Request *r, int *done, int *sizes) noexcept;
 
-    /// Registers the paths' fds with the progress engine. Returns 0 or -errno.
-    int attach() noexcept;
+    /// Binds the comm to a progress engine thread (of NUMA node `numa_node`, -1: unknown; see
+    /// ProgressEngine::bind) and registers the paths' fds with it. Returns 0 or -errno.
+    int attach(int numa_node = -1) noexcept;
     /// closeSend/closeRecv: says goodbye on every live path (so the peer sees an orderly
     /// close, not a failure), stops the engine calling this comm and waits until it no
     /// longer does. Called once, before delete.
     void close() noexcept;
 
+    /// The engine's fd event. With one engine thread: progress under the lock. With several:
+    /// a kick that whoever holds the lock (this thread, or the application in test()) serves,
+    /// so an engine thread never waits for the application.
     void on_ready() noexcept override;
     /// Timer work at most every kTimerNs: I/O progress is event-driven, so a tick only has to
     /// run watchdogs, heartbeats, probes and rebuilds, and many idle comms stay cheap.
@@ -122,6 +126,26 @@ protected:
     /// What the engine does for this comm, on an fd event and on a tick: rearm_locked(wake_),
     /// then progress_locked(). Called with mu_ held.
     void engine_progress_locked() noexcept;
+    /// Serves kicks (on_ready() with several engine threads) while mu_ is free; called
+    /// without mu_, after the caller let go of it.
+    void take_kicks() noexcept;
+    /// Holds mu_ for a scope (isend, irecv) and serves the kicks that came meanwhile after
+    /// letting go of it.
+    class Locked
+    {
+    public:
+        explicit Locked(Comm &c) : c_(c) { c_.mu_.lock(); }
+        ~Locked()
+        {
+            c_.mu_.unlock();
+            c_.take_kicks();
+        }
+        Locked(const Locked &) = delete;
+        Locked &operator=(const Locked &) = delete;
+
+    private:
+        Comm &c_;
+    };
     /// Says goodbye on every live path; called with mu_ held.
     virtual void goodbye_locked() noexcept = 0;
     virtual size_t nfds() const noexcept = 0;
@@ -150,7 +174,7 @@ protected:
     {
         for (size_t k = 0; k < path.nfds(); ++k) {
             if (on) ProgressEngine::instance().add(path.fd(k), this, wake_);
-            else ProgressEngine::instance().remove(path.fd(k));
+            else ProgressEngine::instance().remove(path.fd(k), this);
         }
     }
 
@@ -160,6 +184,9 @@ protected:
     /// test() progressed the comm itself since the engine's last timer tick: the application
     /// polls, so completions need not wake the engine thread.
     std::atomic<bool> polled_{false};
+    /// An engine thread saw this comm's fds ready but found mu_ taken (several engine threads
+    /// only): the next holder progresses once more after letting go.
+    std::atomic<bool> kick_{false};
     /// Whether the engine wants to be woken by this comm's fds (their epoll interest, and
     /// rearm's `arm`); decided at each timer tick from polled_. Under mu_.
     bool wake_ = true;

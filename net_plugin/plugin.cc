@@ -9,7 +9,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sched.h>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "fabrics.h"
@@ -91,6 +93,30 @@ Global &g()
 struct ListenComm {
     std::unique_ptr<Listener> listener;
 };
+
+// Engine threads per NUMA node. The TCP fabric: VIGIL_SOCKET_NTHREADS, 0 resolved from the
+// cores this process may run on: one thread (all connections on the progress thread, the
+// caller's test() moving bytes too) below 8 cores, where more threads would only compete with
+// the application's own; above, a quarter of the cores up to 4 per NUMA node: the most helper
+// threads NCCL's Socket transport picks by itself (4 on GCP's gVNIC;
+// ncclNetSocketGetNsockNthread, src/transport/net_socket.cc). Verbs: one, the NIC moves the
+// bytes and the engine only reaps completions.
+int progress_threads(const Global &st)
+{
+    const Params &p = st.params;
+    if (std::string_view(st.fabric->name()) != "tcp") return 1;
+    if (p.socket_nthreads > 0) return static_cast<int>(p.socket_nthreads);
+    cpu_set_t cpus;
+    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    return cores < 8 ? 1 : std::min(cores / 4, 4);
+}
+
+// The NUMA node of local device `dev` (-1: unknown, or no such device).
+int numa_of(const Global &st, int dev)
+{
+    const std::vector<DeviceProps> &devs = st.fabric->devices();
+    return dev >= 0 && static_cast<size_t>(dev) < devs.size() ? devs[static_cast<size_t>(dev)].numa_node : -1;
+}
 
 // connect() keeps its retry state in the handle's scratch area: a cookie and an id into
 // g().connects. The listener writes zeros there; an id we do not know starts afresh.
@@ -175,7 +201,7 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
         st.discovered = true;
     }
     start_telemetry_locked(st);
-    if (int e = ProgressEngine::instance().start(); e != 0) {
+    if (int e = ProgressEngine::instance().start(progress_threads(st)); e != 0) {
         VLOG_WARN("cannot start the progress thread: %s", strerror(-e));
         telemetry::stop_writer();
         return e;
@@ -315,7 +341,7 @@ int connect(int dev, void *handle, void **send_comm, int traffic_class)
     }
     if (rc != 0 || !paths.paths[kPrimary]) return rc;
     auto comm = std::make_unique<SendComm>(std::move(paths), plan.local_dev, st.failover, st.telemetry);
-    if (int e = comm->attach(); e != 0) {
+    if (int e = comm->attach(numa_of(st, plan.local_dev[kPrimary])); e != 0) {
         VLOG_WARN("connect: progress engine registration failed: %s", strerror(-e));
         return e;
     }
@@ -334,7 +360,7 @@ int accept(void *listen_comm, void **recv_comm)
     if (!paths.paths[kPrimary]) return 0;
     const std::array<int, kMaxPaths> devs = paths.devs;
     auto comm = std::make_unique<RecvComm>(std::move(paths), devs, g().failover, g().telemetry);
-    if (int e = comm->attach(); e != 0) {
+    if (int e = comm->attach(numa_of(g(), devs[kPrimary])); e != 0) {
         VLOG_WARN("accept: progress engine registration failed: %s", strerror(-e));
         return e;
     }

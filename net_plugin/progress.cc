@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Progress engine implementation (epoll, edge-triggered, one thread).
+// Progress engine implementation (epoll, edge-triggered, one loop per engine thread).
 #include "progress.h"
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <pthread.h>
+#include <sched.h>
+#include <string>
+#include <system_error>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -13,49 +17,149 @@
 #include "log.h"
 
 namespace vigil::net {
+namespace {
+
+// The CPUs of NUMA node `node` (sysfs cpulist, "0-7,16-23") that this process may run on;
+// empty when the node or its list is unknown, or none of its CPUs is ours.
+bool node_cpus(int node, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    if (node < 0) return false;
+    std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/cpulist");
+    std::string list;
+    if (!std::getline(in, list)) return false;
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;
+    const char *p = list.c_str();
+    while (*p != '\0') {
+        char *end = nullptr;
+        const long lo = std::strtol(p, &end, 10);
+        if (end == p || lo < 0) return false;
+        long hi = lo;
+        p = end;
+        if (*p == '-') {
+            hi = std::strtol(p + 1, &end, 10);
+            if (end == p + 1 || hi < lo) return false;
+            p = end;
+        }
+        for (long c = lo; c <= hi && c < CPU_SETSIZE; ++c)
+            if (CPU_ISSET(static_cast<int>(c), &allowed)) CPU_SET(static_cast<int>(c), set);
+        if (*p == ',') ++p;
+        else if (*p != '\0' && *p != '\n') return false;
+    }
+    return CPU_COUNT(set) > 0;
+}
+
+} // namespace
 
 ProgressEngine &ProgressEngine::instance()
 {
-    // Never destroyed: ncclNet v8..v10 have no finalize, so the thread may still run at exit,
+    // Never destroyed: ncclNet v8..v10 have no finalize, so the threads may still run at exit,
     // and a joinable std::thread's destructor would call std::terminate.
     static ProgressEngine *engine = new ProgressEngine;
     return *engine;
 }
 
-int ProgressEngine::start()
+int ProgressEngine::start_shard_locked(int index, int numa)
 {
-    std::lock_guard<std::mutex> g(mu_);
-    if (running_.load()) return 0;
-    epfd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epfd_ < 0) return -errno;
-    wakefd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wakefd_ < 0) {
-        int rc = -errno;
-        close(epfd_);
-        epfd_ = -1;
+    auto s = std::make_unique<Shard>();
+    s->numa = numa;
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->epfd < 0) return -errno;
+    s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->wakefd < 0) {
+        const int rc = -errno;
+        close(s->epfd);
         return rc;
     }
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = nullptr;
-    epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev);
-    running_.store(true);
-    thread_ = std::thread([this] { loop(); });
-    pthread_setname_np(thread_.native_handle(), "vigil-progress");
+    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wakefd, &ev);
+    s->running.store(true);
+    Shard *raw = s.get();
+    try {
+        s->thread = std::thread([raw] { loop(*raw); });
+    } catch (const std::system_error &e) {
+        close(s->wakefd);
+        close(s->epfd);
+        return e.code().value() > 0 ? -e.code().value() : -EAGAIN;
+    }
+    // Thread names hold 15 characters.
+    const std::string name = index == 0 ? "vigil-progress" : "vigil-prog-" + std::to_string(index);
+    pthread_setname_np(s->thread.native_handle(), name.substr(0, 15).c_str());
+    cpu_set_t cpus;
+    if (node_cpus(numa, &cpus)) {
+        if (int e = pthread_setaffinity_np(s->thread.native_handle(), sizeof(cpus), &cpus); e != 0)
+            VLOG_WARN("progress thread %d: cannot pin to NUMA node %d: %s", index, numa, strerror(e));
+    }
+    shards_[static_cast<size_t>(index)] = std::move(s);
+    nshards_.store(index + 1, std::memory_order_release);
     return 0;
+}
+
+int ProgressEngine::start(int threads)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    per_node_.store(threads < 1 ? 1 : threads > kMaxThreads ? kMaxThreads : threads,
+                    std::memory_order_relaxed);
+    if (nshards_.load() > 0) return 0;
+    return start_shard_locked(0, -1);
 }
 
 void ProgressEngine::stop()
 {
     std::lock_guard<std::mutex> g(mu_);
-    if (!running_.load()) return;
-    running_.store(false);
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t w = write(wakefd_, &one, sizeof(one));
-    thread_.join();
-    close(wakefd_);
-    close(epfd_);
-    wakefd_ = epfd_ = -1;
+    const int n = nshards_.load();
+    for (int i = 0; i < n; ++i) {
+        Shard &s = *shards_[static_cast<size_t>(i)];
+        s.running.store(false);
+        uint64_t one = 1;
+        [[maybe_unused]] ssize_t w = write(s.wakefd, &one, sizeof(one));
+        s.thread.join();
+        close(s.wakefd);
+        close(s.epfd);
+    }
+    nshards_.store(0, std::memory_order_release);
+    for (int i = 0; i < n; ++i) shards_[static_cast<size_t>(i)].reset();
+}
+
+void ProgressEngine::bind(ProgressClient *client, int numa_node)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    const int per_node = per_node_.load(std::memory_order_relaxed);
+    const int n = nshards_.load();
+    int best = 0;
+    if (per_node > 1 && n > 0) {
+        // Thread 0 (unpinned) counts among the threads of an unknown node.
+        const int node = numa_node < 0 ? -1 : numa_node;
+        int have = 0;
+        best = -1;
+        for (int i = 0; i < n; ++i) {
+            const Shard &s = *shards_[static_cast<size_t>(i)];
+            if (s.numa != node) continue;
+            ++have;
+            if (best < 0 || s.clients < shards_[static_cast<size_t>(best)]->clients) best = i;
+        }
+        if ((best < 0 || shards_[static_cast<size_t>(best)]->clients > 0) && have < per_node && n < kMaxShards) {
+            if (int e = start_shard_locked(n, node); e == 0) best = n;
+            else VLOG_WARN("cannot start progress thread %d: %s; sharing another", n, strerror(-e));
+        }
+        if (best < 0) { // the node has no thread and none could start: the least loaded of all
+            best = 0;
+            for (int i = 1; i < nshards_.load(); ++i)
+                if (shards_[static_cast<size_t>(i)]->clients < shards_[static_cast<size_t>(best)]->clients) best = i;
+        }
+    }
+    client->thread_ = best;
+    ++shards_[static_cast<size_t>(best)]->clients;
+}
+
+void ProgressEngine::unbind(ProgressClient *client)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (client->thread_ < nshards_.load()) --shards_[static_cast<size_t>(client->thread_)]->clients;
+    client->thread_ = 0;
 }
 
 namespace {
@@ -70,55 +174,67 @@ epoll_event watched(ProgressClient *client, bool wake)
 
 int ProgressEngine::add(int fd, ProgressClient *client, bool wake)
 {
+    Shard *s = shard_of(client);
+    if (s == nullptr) return -ENODEV;
     epoll_event ev = watched(client, wake);
-    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
     return 0;
 }
 
 void ProgressEngine::interest(int fd, ProgressClient *client, bool wake)
 {
     epoll_event ev = watched(client, wake);
-    epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev); // ENOENT: no longer watched, nothing to do
+    if (Shard *s = shard_of(client)) epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev); // ENOENT: not watched
 }
 
-void ProgressEngine::remove(int fd)
+void ProgressEngine::remove(int fd, ProgressClient *client)
 {
-    epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+    if (Shard *s = shard_of(client)) epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, nullptr);
 }
 
 void ProgressEngine::add_ticker(ProgressClient *client)
 {
-    std::lock_guard<std::mutex> g(tick_mu_);
-    tickers_.push_back(client);
+    Shard *s = shard_of(client);
+    if (s == nullptr) return;
+    std::lock_guard<std::mutex> g(s->tick_mu);
+    s->tickers.push_back(client);
 }
 
 void ProgressEngine::remove_ticker(ProgressClient *client)
 {
-    std::lock_guard<std::mutex> g(tick_mu_);
-    std::erase(tickers_, client);
+    Shard *s = shard_of(client);
+    if (s == nullptr) return;
+    std::lock_guard<std::mutex> g(s->tick_mu);
+    std::erase(s->tickers, client);
 }
 
 void ProgressEngine::quiesce()
 {
-    if (!running_.load(std::memory_order_acquire) ||
-        thread_.get_id() == std::this_thread::get_id())
-        return;
-    const uint64_t seen = iterations_.load(std::memory_order_acquire);
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t w = write(wakefd_, &one, sizeof(one));
-    while (iterations_.load(std::memory_order_acquire) == seen &&
-           running_.load(std::memory_order_acquire))
-        std::this_thread::yield();
+    const int n = nshards_.load(std::memory_order_acquire);
+    uint64_t seen[kMaxShards];
+    for (int i = 0; i < n; ++i) {
+        Shard &s = *shards_[static_cast<size_t>(i)];
+        seen[i] = s.iterations.load(std::memory_order_acquire);
+        uint64_t one = 1;
+        [[maybe_unused]] ssize_t w = write(s.wakefd, &one, sizeof(one));
+    }
+    for (int i = 0; i < n; ++i) {
+        Shard &s = *shards_[static_cast<size_t>(i)];
+        if (s.thread.get_id() == std::this_thread::get_id()) continue;
+        while (s.iterations.load(std::memory_order_acquire) == seen[i] &&
+               s.running.load(std::memory_order_acquire))
+            std::this_thread::yield();
+    }
 }
 
-void ProgressEngine::loop()
+void ProgressEngine::loop(Shard &s)
 {
     constexpr int kMaxEvents = 64;
     epoll_event events[kMaxEvents];
     std::vector<ProgressClient *> due;
     uint64_t next_tick = now_ns() + kTickNs;
-    while (running_.load(std::memory_order_acquire)) {
-        int n = epoll_wait(epfd_, events, kMaxEvents, static_cast<int>(kTickNs / 1000000));
+    while (s.running.load(std::memory_order_acquire)) {
+        int n = epoll_wait(s.epfd, events, kMaxEvents, static_cast<int>(kTickNs / 1000000));
         if (n < 0) {
             if (errno == EINTR) continue;
             VLOG_WARN("progress: epoll_wait failed: %s", strerror(errno));
@@ -131,7 +247,7 @@ void ProgressEngine::loop()
             auto *c = static_cast<ProgressClient *>(events[i].data.ptr);
             if (c == nullptr) {
                 uint64_t v;
-                [[maybe_unused]] ssize_t r = read(wakefd_, &v, sizeof(v));
+                [[maybe_unused]] ssize_t r = read(s.wakefd, &v, sizeof(v));
                 continue;
             }
             if (c == last) continue;
@@ -141,14 +257,14 @@ void ProgressEngine::loop()
         if (now_ns() >= next_tick) {
             next_tick = now_ns() + kTickNs;
             {
-                std::lock_guard<std::mutex> g(tick_mu_);
-                due = tickers_;
+                std::lock_guard<std::mutex> g(s.tick_mu);
+                due = s.tickers;
             }
             // Safe without the lock: remove_ticker() is followed by quiesce(), which waits
             // for this iteration to end.
             for (ProgressClient *c : due) c->on_tick();
         }
-        iterations_.fetch_add(1, std::memory_order_acq_rel);
+        s.iterations.fetch_add(1, std::memory_order_acq_rel);
     }
 }
 

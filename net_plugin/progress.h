@@ -1,18 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// The progress engine: one background thread per process that moves data for every comm
-// whose sockets become ready, so transfers advance even when NCCL does not call test().
+// The progress engine: background threads that move data for every comm whose sockets become
+// ready, so transfers advance even when NCCL does not call test(), and so that the bytes of
+// several connections (NCCL's channels) move on several cores at once.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace vigil::net {
 
-/// Something the engine can drive: a comm. on_ready() runs on the engine thread and must
-/// take the comm's own lock (it may block briefly behind an isend/irecv/test of the app).
+/// Something the engine can drive: a comm, an acceptor, a link monitor. on_ready() runs on the
+/// engine thread serving the client and must take the client's own lock (it may block briefly
+/// behind an isend/irecv/test of the application).
 class ProgressClient
 {
 public:
@@ -23,51 +27,94 @@ public:
 
 protected:
     ~ProgressClient() = default;
+
+private:
+    friend class ProgressEngine;
+    int thread_ = 0; // the engine thread serving this client (ProgressEngine::bind); 0 until bound
 };
 
-/// Edge-triggered epoll loop. Thread-safe: add()/remove() may be called from any thread.
+/// Edge-triggered epoll loops, one per engine thread. Thread 0 always runs (acceptors, link
+/// monitors, and comms when the engine has one thread); further threads start when comms are
+/// bound to them, up to `threads` per NUMA node (VIGIL_SOCKET_NTHREADS), each pinned to the
+/// CPUs of its node when sysfs names them. A client is served by exactly one thread, so its
+/// callbacks never run concurrently with each other.
+/// Thread-safe: every member may be called from any thread.
 /// Lifetime: started by the first plugin init, stopped by the last finalize (refcounted by
-/// the plugin). A client must call remove() for its fds and then quiesce() before it is
-/// destroyed, so that no callback for it is still running.
+/// the plugin). A client must call remove() for its fds, remove_ticker(), then quiesce()
+/// before it is destroyed, so that no callback for it is still running.
 class ProgressEngine
 {
 public:
     static ProgressEngine &instance();
 
-    /// Starts the thread (idempotent). Returns 0 or -errno.
-    int start();
-    /// Stops and joins the thread (idempotent).
+    /// Most engine threads per NUMA node (VIGIL_SOCKET_NTHREADS's range).
+    static constexpr int kMaxThreads = 16;
+    /// Engine threads in all, across nodes (a bound; further comms share the least loaded).
+    static constexpr int kMaxShards = 64;
+
+    /// Starts thread 0 (idempotent) and sets how many threads may serve comms per NUMA node
+    /// (1..kMaxThreads; 1: thread 0 serves everything). Returns 0 or -errno.
+    int start(int threads = 1);
+    /// Stops and joins every thread (idempotent).
     void stop();
+    /// The per-node thread count given to start().
+    int threads() const { return per_node_.load(std::memory_order_relaxed); }
+    /// Chooses the thread that serves `client` from now on: with one thread per node, thread
+    /// 0; else the least loaded thread of NUMA node `numa_node` (-1: unknown, unpinned), or a
+    /// new one while the node has fewer than threads(). Call before add()/add_ticker() for the
+    /// client, and unbind() after its quiesce(). A thread that cannot start leaves the client
+    /// on an existing one (logged). Never fails.
+    void bind(ProgressClient *client, int numa_node);
+    void unbind(ProgressClient *client);
     /// Watches `fd` (readable, writable, hang-up; edge-triggered) for `client`; with `wake`
-    /// false it is registered muted (see interest()). Returns 0 or -errno.
+    /// false it is registered muted (see interest()). Returns 0 or -errno (-ENODEV while the
+    /// engine is stopped). interest(), remove() and the ticker calls are no-ops then.
     int add(int fd, ProgressClient *client, bool wake = true);
     /// Unmutes (`wake`) or mutes a watched fd: a muted fd wakes the thread only for errors
     /// and hang-ups. Unmuting reports the fd at once if it is ready then (epoll re-evaluates
     /// it), so nothing that arrived while muted is missed. An fd not watched is ignored.
     void interest(int fd, ProgressClient *client, bool wake);
-    void remove(int fd);
+    void remove(int fd, ProgressClient *client);
     /// Calls client->on_tick() every kTickNs (timers: watchdogs, probes, fatal timeouts).
     /// remove_ticker() must precede quiesce() and destruction.
     void add_ticker(ProgressClient *client);
     void remove_ticker(ProgressClient *client);
 
     static constexpr uint64_t kTickNs = 10'000'000; // 10 ms
-    /// Returns once no callback for an fd removed before this call can still run: it waits
-    /// for the loop iteration in progress (which may hold events fetched before the removal)
-    /// to end. Wakes the thread so that takes microseconds, not the epoll timeout.
+    /// Returns once no callback for an fd or ticker removed before this call can still run:
+    /// it waits for each thread's loop iteration in progress (which may hold events fetched
+    /// before the removal) to end. Wakes the threads so that takes microseconds, not the epoll
+    /// timeout. A no-op on an engine thread for itself.
     void quiesce();
 
 private:
-    void loop();
+    struct Shard {
+        int numa = -1;
+        int clients = 0; // bound clients (under ProgressEngine::mu_)
+        int epfd = -1;
+        int wakefd = -1;
+        std::thread thread;
+        std::atomic<bool> running{false};
+        std::atomic<uint64_t> iterations{0}; // loop iterations completed
+        std::mutex tick_mu;
+        std::vector<ProgressClient *> tickers;
+    };
+    /// Creates and starts shard `index` for `numa` (pinned to the node's CPUs when known).
+    /// Called with mu_ held. Returns 0 or -errno.
+    int start_shard_locked(int index, int numa);
+    /// The thread serving `client`, or nullptr while the engine is stopped.
+    Shard *shard_of(const ProgressClient *client)
+    {
+        return client->thread_ < nshards_.load(std::memory_order_acquire)
+                   ? shards_[static_cast<size_t>(client->thread_)].get()
+                   : nullptr;
+    }
+    static void loop(Shard &s);
 
     std::mutex mu_;
-    std::mutex tick_mu_;
-    std::vector<ProgressClient *> tickers_;
-    int epfd_ = -1;
-    int wakefd_ = -1;
-    std::thread thread_;
-    std::atomic<bool> running_{false};
-    std::atomic<uint64_t> iterations_{0}; // loop iterations completed
+    std::array<std::unique_ptr<Shard>, kMaxShards> shards_;
+    std::atomic<int> nshards_{0};
+    std::atomic<int> per_node_{1};
 };
 
 } // namespace vigil::net

@@ -78,7 +78,7 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
         VLOG_WARN("irecv with %d buffers; 1..%d supported", n, kMaxRecvs);
         return -EINVAL;
     }
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     if (int e = error_.load(std::memory_order_relaxed)) return e;
     if (peer_closed_) {
         fail_locked(-ECONNRESET, describe() + ": irecv after the sender closed the connection");

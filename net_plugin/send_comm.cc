@@ -102,7 +102,7 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
     NetEvents ev;
     int rc;
     {
-        std::lock_guard<std::mutex> g(mu_);
+        Locked g(*this);
         take_events_locked(phandle, &ev);
         rc = isend_locked(data, size, tag, mr, out);
     }

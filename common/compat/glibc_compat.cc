@@ -63,6 +63,7 @@ VIGIL_FORWARD(pthread_mutex_trylock, "GLIBC_2.2.5");
 VIGIL_FORWARD(pthread_sigmask, "GLIBC_2.2.5");
 VIGIL_FORWARD(pthread_setname_np, "GLIBC_2.12");
 VIGIL_FORWARD(pthread_getname_np, "GLIBC_2.12");
+VIGIL_FORWARD(pthread_setaffinity_np, "GLIBC_2.3.4");
 VIGIL_FORWARD(pthread_kill, "GLIBC_2.2.5");
 VIGIL_FORWARD(pthread_getattr_np, "GLIBC_2.2.5");
 VIGIL_FORWARD(pthread_attr_setstacksize, "GLIBC_2.2.5");

@@ -37,7 +37,7 @@ int LinkMonitor::start(std::vector<std::string> ifnames, Callback on_change)
 void LinkMonitor::stop()
 {
     if (!fd_) return;
-    ProgressEngine::instance().remove(fd_.get());
+    ProgressEngine::instance().remove(fd_.get(), this);
     ProgressEngine::instance().quiesce();
     fd_.reset();
 }

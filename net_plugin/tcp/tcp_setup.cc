@@ -270,7 +270,7 @@ TcpAcceptor::TcpAcceptor(std::shared_ptr<TcpListener> listener, uint64_t conn_id
 
 TcpAcceptor::~TcpAcceptor()
 {
-    for (int fd : fds_) ProgressEngine::instance().remove(fd);
+    for (int fd : fds_) ProgressEngine::instance().remove(fd, this);
     ProgressEngine::instance().quiesce();
 }
 
