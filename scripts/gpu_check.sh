@@ -9,7 +9,8 @@
 #   ddp          DistributedDataParallel training bit-identical under Vigil and NCCL Socket
 #   tuner        a rules file visibly changes NCCL's algorithm, protocol and channels
 #   timing       the profiler's durations against CUDA events, 4 B to 256 MiB, 4 collectives
-#   bandwidth    Vigil against NCCL Socket, all-reduce bus bandwidth at 2 and 8 channels
+#   bandwidth    Vigil (default progress threads) against NCCL Socket tuned to 4 helper threads
+#                of 4 sockets, all-reduce bus bandwidth at 2, 4, 8 and 16 channels
 #   lab          2 hosts x 2 ports in network namespaces: a validated all-reduce loop through
 #                a port failure (4 s) and a degraded port (300 Mbit/s, 4 s), Vigil and NCCL
 #                Socket under the same faults; the degraded port must be flagged
@@ -152,10 +153,14 @@ if phase_on timing && gpu_only timing; then
         >"$WORK/log/report-timing.txt" 2>&1
 fi
 if phase_on bandwidth && gpu_only bandwidth; then
-    say "bandwidth: Vigil and NCCL Socket, alternating, 2 and 8 channels"
-    for ch in 2 8; do
-        ranks "bw-socket-$ch" 2 bandwidth "${SOCKET[@]}" "${LOOPBACK[@]}" NCCL_MIN_NCHANNELS=$ch NCCL_MAX_NCHANNELS=$ch
+    say "bandwidth: Vigil and NCCL Socket (4 threads x 4 sockets), alternating, 2-16 channels"
+    for ch in 2 4 8 16; do
+        ranks "bw-socket-$ch" 2 bandwidth "${SOCKET[@]}" "${LOOPBACK[@]}" NCCL_MIN_NCHANNELS=$ch NCCL_MAX_NCHANNELS=$ch \
+            NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4
         ranks "bw-vigil-$ch" 2 bandwidth "${VIGIL[@]}" "${LOOPBACK[@]}" NCCL_MIN_NCHANNELS=$ch NCCL_MAX_NCHANNELS=$ch
+        # The same with one progress thread: what the threads add.
+        ranks "bw-vigil1-$ch" 2 bandwidth "${VIGIL[@]}" "${LOOPBACK[@]}" NCCL_MIN_NCHANNELS=$ch NCCL_MAX_NCHANNELS=$ch \
+            VIGIL_SOCKET_NTHREADS=1
     done
 fi
 

@@ -164,19 +164,28 @@ def phase_timing(work, rep):
 
 
 def phase_bandwidth(work, rep):
-    rep.say("bus bandwidth, all-reduce, GB/s (Vigil / NCCL Socket)")
+    rep.say("bus bandwidth, all-reduce, GB/s (Vigil / NCCL Socket with 4 threads x 4 sockets)")
     table = []
-    for ch in (2, 8):
+    for ch in (2, 4, 8, 16):
         v, s = ranks_of(work, f"bw-vigil-{ch}"), ranks_of(work, f"bw-socket-{ch}")
         rv = next((r for r in v if r.get("rank") == 0), {})
         rsk = next((r for r in s if r.get("rank") == 0), {})
+        # Vigil with one progress thread (optional: older runs lack it).
+        r1 = next((r for r in ranks_of(work, f"bw-vigil1-{ch}") if r.get("rank") == 0), {})
+        one = {x["bytes"]: x["busbw_GBps"] for x in r1.get("results", [])}
         for a, b in zip(rv.get("results", []), rsk.get("results", [])):
             table.append({"channels": ch, "bytes": a["bytes"], "vigil": a["busbw_GBps"], "socket": b["busbw_GBps"],
+                          "vigil_1thread": one.get(a["bytes"]),
                           "ratio": a["busbw_GBps"] / b["busbw_GBps"] if b["busbw_GBps"] else None})
+            alone = f", one thread {one[a['bytes']]:.3f}" if a["bytes"] in one else ""
             rep.say(f"    {ch} channels {a['bytes'] >> 20:>4} MiB: Vigil {a['busbw_GBps']:.3f}, "
-                    f"Socket {b['busbw_GBps']:.3f} ({table[-1]['ratio']:.2f}x)")
+                    f"Socket {b['busbw_GBps']:.3f} ({table[-1]['ratio']:.2f}x){alone}")
     rep.data["bandwidth"] = table
-    rep.check("measured at 2 and 8 channels, 64 and 256 MiB", len(table) == 4)
+    rep.check("measured at 2, 4, 8 and 16 channels, 64 and 256 MiB", len(table) == 8)
+    # A benchmark target, not a correctness check: reported, never failing the run.
+    met = sum(1 for t in table if t["ratio"] is not None and t["ratio"] >= 1.0)
+    rep.say(f"    Vigil >= 1.0x NCCL Socket at {met} of {len(table)} points")
+    rep.data["bandwidth_target_met"] = met
 
 
 def lab_numbers(work, name):

@@ -64,8 +64,8 @@ def work_dir(root, *, timing_off=False, tuner_noop=False, wrong=False, no_failov
     for r in range(2):
         put(f"{w}/res/timing.rank{r}.json", {"ok": True, "rank": r, "calls": calls})
     summary(f"{w}/prof-timing", 0, recs)
-    for ch in (2, 8):
-        for t, bw in (("vigil", 1.8), ("socket", 1.85)):
+    for ch in (2, 4, 8, 16):
+        for t, bw in (("vigil", 1.8), ("socket", 1.85), ("vigil1", 1.7)):
             put(f"{w}/res/bw-{t}-{ch}.rank0.json", {"ok": True, "rank": 0, "results": [
                 {"bytes": 64 << 20, "busbw_GBps": bw}, {"bytes": 256 << 20, "busbw_GBps": bw}]})
     # Lab: 18 s at 75 iterations/s; Socket stalls 6.6 s at the failure.
