@@ -291,15 +291,17 @@ using vigil::bench::g_stop_requested;
 using vigil::bench::Options;
 using vigil::bench::parse;
 
-int g_timeout_rank = -1;
+// The line a rank that ran past --timeout prints, made before the alarm can fire (a signal
+// handler may only write()).
+char g_timeout_line[96];
+size_t g_timeout_len = 0;
 void on_stop_request(int)
 {
     g_stop_requested = 1;
 }
 void on_alarm(int)
 {
-    static const char msg[] = "{\"ok\":false,\"error\":\"timeout\"}\n";
-    [[maybe_unused]] ssize_t w = write(1, msg, sizeof(msg) - 1);
+    [[maybe_unused]] ssize_t w = write(1, g_timeout_line, g_timeout_len);
     _exit(3);
 }
 
@@ -308,10 +310,12 @@ void on_alarm(int)
 int main(int argc, char **argv)
 {
     Options o = parse(argc, argv);
+    const int n = std::snprintf(g_timeout_line, sizeof(g_timeout_line),
+                                "{\"ok\":false,\"rank\":%d,\"error\":\"timeout\"}\n", o.rank);
+    g_timeout_len = n > 0 ? std::min(static_cast<size_t>(n), sizeof(g_timeout_line) - 1) : 0;
     std::signal(SIGALRM, on_alarm);
     alarm(static_cast<unsigned>(o.timeout_s));
     if (o.loop) std::signal(SIGUSR1, on_stop_request);
-    g_timeout_rank = o.rank;
     Bench b(std::move(o));
     return b.run();
 }
