@@ -61,17 +61,22 @@ int Comm::attach(int numa_node) noexcept
 {
     ProgressEngine &engine = ProgressEngine::instance();
     engine.bind(this, numa_node);
+    int rc = 0;
     {
-        std::lock_guard<std::mutex> g(mu_);
-        for (size_t i = 0; i < nfds(); ++i) {
-            int rc = engine.add(fd(i), this);
-            if (rc != 0) {
+        // Locked: an fd added with data already queued is reported at once, and an engine
+        // thread that finds mu_ taken leaves a kick for us.
+        Locked g(*this);
+        for (size_t i = 0; i < nfds() && rc == 0; ++i) {
+            rc = engine.add(fd(i), this);
+            if (rc != 0)
                 for (size_t k = 0; k < i; ++k) engine.remove(fd(k), this);
-                engine.quiesce();
-                engine.unbind(this);
-                return rc;
-            }
         }
+        if (rc != 0) detached_ = true; // a callback fetched before the removal does nothing
+    }
+    if (rc != 0) {
+        engine.quiesce(); // without mu_: the engine may be waiting for it
+        engine.unbind(this);
+        return rc;
     }
     // Last: from here on the engine may call in (callers must not hold locks the comm's
     // progress takes, such as a listener's).

@@ -13,7 +13,7 @@ namespace vigil::net {
 
 void SendComm::fail_path(int slot, const std::string &cause, bool sabotage) noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     if (slot < 0 || slot >= kMaxPaths || !paths_[slot].alive()) return;
     if (sabotage) paths_[slot].path->sabotage();
     failover_locked(slot, cause);
@@ -22,7 +22,7 @@ void SendComm::fail_path(int slot, const std::string &cause, bool sabotage) noex
 
 void SendComm::fail_active(const std::string &cause, bool sabotage) noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     if (paths_[active_].state != SlotState::kActive) return;
     if (sabotage) paths_[active_].path->sabotage();
     failover_locked(active_, cause);
@@ -31,7 +31,7 @@ void SendComm::fail_active(const std::string &cause, bool sabotage) noexcept
 
 void SendComm::port_down(int dev, const std::string &cause) noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     // The standby first, so a failover never lands on a path that is going down too.
     for (int i : {kBackup, kPrimary})
         if (paths_[i].alive() && paths_[i].state != SlotState::kActive &&
@@ -44,7 +44,7 @@ void SendComm::port_down(int dev, const std::string &cause) noexcept
 
 void SendComm::port_up(int dev) noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     for (PathSlot &sl : paths_) {
         if (sl.alive() || devs_[static_cast<size_t>(&sl - paths_.data())] != dev) continue;
         sl.next_rebuild_ns = 0;

@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <set>
 #include <string_view>
+#include <unistd.h>
 #include <vector>
 
 #include "fabrics.h"
@@ -107,7 +108,7 @@ int progress_threads(const Global &st)
     if (std::string_view(st.fabric->name()) != "tcp") return 1;
     if (p.socket_nthreads > 0) return static_cast<int>(p.socket_nthreads);
     cpu_set_t cpus;
-    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    const int cores = sched_getaffinity(getpid(), sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     return cores < 8 ? 1 : std::min(cores / 4, 4);
 }
 

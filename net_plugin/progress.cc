@@ -3,6 +3,7 @@
 #include "progress.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <pthread.h>
@@ -19,6 +20,48 @@
 namespace vigil::net {
 namespace {
 
+// This thread is one of the engine's (quiesce() must not wait there: two engine threads
+// waiting for each other's iteration would never return).
+thread_local bool t_engine_thread = false;
+
+// The CPUs the process may run on: the main thread's mask (tid = pid). The calling thread's
+// may be narrower: NCCL pins its proxy threads near the GPU, and new threads inherit that.
+bool process_cpus(cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    return sched_getaffinity(getpid(), sizeof(*set), set) == 0 && CPU_COUNT(set) > 0;
+}
+
+} // namespace
+
+bool parse_cpulist(const std::string &list, const cpu_set_t &allowed, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    const char *p = list.c_str();
+    while (*p != '\0' && *p != '\n') {
+        char *end = nullptr;
+        const long lo = std::strtol(p, &end, 10);
+        long hi = lo;
+        bool ok = end != p && lo >= 0;
+        if (ok && *end == '-') {
+            p = end + 1;
+            hi = std::strtol(p, &end, 10);
+            ok = end != p && hi >= lo;
+        }
+        ok = ok && (*end == ',' || *end == '\0' || *end == '\n');
+        if (!ok) {
+            CPU_ZERO(set);
+            return false;
+        }
+        for (long c = lo; c <= hi && c < CPU_SETSIZE; ++c)
+            if (CPU_ISSET(static_cast<int>(c), &allowed)) CPU_SET(static_cast<int>(c), set);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return CPU_COUNT(set) > 0;
+}
+
+namespace {
+
 // The CPUs of NUMA node `node` (sysfs cpulist, "0-7,16-23") that this process may run on;
 // empty when the node or its list is unknown, or none of its CPUs is ours.
 bool node_cpus(int node, cpu_set_t *set)
@@ -27,27 +70,9 @@ bool node_cpus(int node, cpu_set_t *set)
     if (node < 0) return false;
     std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/cpulist");
     std::string list;
-    if (!std::getline(in, list)) return false;
     cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;
-    const char *p = list.c_str();
-    while (*p != '\0') {
-        char *end = nullptr;
-        const long lo = std::strtol(p, &end, 10);
-        if (end == p || lo < 0) return false;
-        long hi = lo;
-        p = end;
-        if (*p == '-') {
-            hi = std::strtol(p + 1, &end, 10);
-            if (end == p + 1 || hi < lo) return false;
-            p = end;
-        }
-        for (long c = lo; c <= hi && c < CPU_SETSIZE; ++c)
-            if (CPU_ISSET(static_cast<int>(c), &allowed)) CPU_SET(static_cast<int>(c), set);
-        if (*p == ',') ++p;
-        else if (*p != '\0' && *p != '\n') return false;
-    }
-    return CPU_COUNT(set) > 0;
+    if (!std::getline(in, list) || !process_cpus(&allowed)) return false;
+    return parse_cpulist(list, allowed, set);
 }
 
 } // namespace
@@ -75,7 +100,12 @@ int ProgressEngine::start_shard_locked(int index, int numa)
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = nullptr;
-    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wakefd, &ev);
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wakefd, &ev) != 0) {
+        const int rc = -errno;
+        close(s->wakefd);
+        close(s->epfd);
+        return rc;
+    }
     s->running.store(true);
     Shard *raw = s.get();
     try {
@@ -88,10 +118,12 @@ int ProgressEngine::start_shard_locked(int index, int numa)
     // Thread names hold 15 characters.
     const std::string name = index == 0 ? "vigil-progress" : "vigil-prog-" + std::to_string(index);
     pthread_setname_np(s->thread.native_handle(), name.substr(0, 15).c_str());
+    // Pinned to its node's CPUs; a thread of no known node may run on any of the process's
+    // (not only where the thread that created it, maybe a GPU-pinned NCCL thread, may).
     cpu_set_t cpus;
-    if (node_cpus(numa, &cpus)) {
+    if (node_cpus(numa, &cpus) || (index > 0 && process_cpus(&cpus))) {
         if (int e = pthread_setaffinity_np(s->thread.native_handle(), sizeof(cpus), &cpus); e != 0)
-            VLOG_WARN("progress thread %d: cannot pin to NUMA node %d: %s", index, numa, strerror(e));
+            VLOG_WARN("progress thread %d: cannot set its CPUs (NUMA node %d): %s", index, numa, strerror(e));
     }
     shards_[static_cast<size_t>(index)] = std::move(s);
     nshards_.store(index + 1, std::memory_order_release);
@@ -122,6 +154,7 @@ void ProgressEngine::stop()
     }
     nshards_.store(0, std::memory_order_release);
     for (int i = 0; i < n; ++i) shards_[static_cast<size_t>(i)].reset();
+    per_node_.store(1, std::memory_order_relaxed);
 }
 
 void ProgressEngine::bind(ProgressClient *client, int numa_node)
@@ -210,6 +243,7 @@ void ProgressEngine::remove_ticker(ProgressClient *client)
 
 void ProgressEngine::quiesce()
 {
+    if (t_engine_thread) return;
     const int n = nshards_.load(std::memory_order_acquire);
     uint64_t seen[kMaxShards];
     for (int i = 0; i < n; ++i) {
@@ -220,7 +254,6 @@ void ProgressEngine::quiesce()
     }
     for (int i = 0; i < n; ++i) {
         Shard &s = *shards_[static_cast<size_t>(i)];
-        if (s.thread.get_id() == std::this_thread::get_id()) continue;
         while (s.iterations.load(std::memory_order_acquire) == seen[i] &&
                s.running.load(std::memory_order_acquire))
             std::this_thread::yield();
@@ -229,6 +262,7 @@ void ProgressEngine::quiesce()
 
 void ProgressEngine::loop(Shard &s)
 {
+    t_engine_thread = true;
     constexpr int kMaxEvents = 64;
     epoll_event events[kMaxEvents];
     std::vector<ProgressClient *> due;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <sched.h>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -55,9 +57,10 @@ public:
     /// Starts thread 0 (idempotent) and sets how many threads may serve comms per NUMA node
     /// (1..kMaxThreads; 1: thread 0 serves everything). Returns 0 or -errno.
     int start(int threads = 1);
-    /// Stops and joins every thread (idempotent).
+    /// Stops and joins every thread (idempotent); threads() is 1 again. Every client must be
+    /// gone: no other member may run concurrently with stop().
     void stop();
-    /// The per-node thread count given to start().
+    /// The per-node thread count given to start() (1 while stopped).
     int threads() const { return per_node_.load(std::memory_order_relaxed); }
     /// Chooses the thread that serves `client` from now on: with one thread per node, thread
     /// 0; else the least loaded thread of NUMA node `numa_node` (-1: unknown, unpinned), or a
@@ -84,7 +87,8 @@ public:
     /// Returns once no callback for an fd or ticker removed before this call can still run:
     /// it waits for each thread's loop iteration in progress (which may hold events fetched
     /// before the removal) to end. Wakes the threads so that takes microseconds, not the epoll
-    /// timeout. A no-op on an engine thread for itself.
+    /// timeout. A no-op on an engine thread (two of them waiting for each other would never
+    /// return): clients are removed and destroyed by the application's threads.
     void quiesce();
 
 private:
@@ -116,5 +120,10 @@ private:
     std::atomic<int> nshards_{0};
     std::atomic<int> per_node_{1};
 };
+
+/// Parses a sysfs cpulist ("0-7,16-23", a trailing newline allowed) into `set`, keeping only
+/// the CPUs also in `allowed`. Returns true when `set` is then not empty; false, with `set`
+/// empty, for malformed text or no CPU left. Pure.
+bool parse_cpulist(const std::string &list, const cpu_set_t &allowed, cpu_set_t *set);
 
 } // namespace vigil::net

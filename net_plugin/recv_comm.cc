@@ -54,7 +54,7 @@ std::string RecvComm::describe_paths() const
 
 uint32_t RecvComm::generation() noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     return gen_;
 }
 
@@ -143,7 +143,7 @@ int RecvComm::iflush(int n, void *const *data, const int *sizes, MemRegion *cons
     for (int i = n - 1; i >= 0 && last < 0 && mrs != nullptr && sizes != nullptr; --i)
         if (sizes[i] > 0 && mrs[i] != nullptr && mrs[i]->type != NCCL_PTR_HOST) last = i;
     if (last < 0) return 0;
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     if (int e = error_.load(std::memory_order_relaxed)) return e;
     Request *r = free_request();
     if (r == nullptr) {

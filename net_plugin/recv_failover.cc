@@ -84,7 +84,7 @@ void RecvComm::drain_others_locked(int except) noexcept
 
 void RecvComm::fail_path(int slot, const std::string &cause) noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     if (slot < 0 || slot >= kMaxPaths || !paths_[slot].live()) return;
     for (int i = 0; i < kMaxPaths; ++i)
         if (i != slot && paths_[i].live()) paths_[i].path->request_failover(static_cast<uint32_t>(slot));
@@ -94,7 +94,7 @@ void RecvComm::fail_path(int slot, const std::string &cause) noexcept
 
 void RecvComm::port_down(int dev, const std::string &cause) noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     for (int slot = 0; slot < kMaxPaths; ++slot) {
         if (!paths_[slot].live() || paths_[slot].path->identity().dev != dev) continue;
         for (int i = 0; i < kMaxPaths; ++i)

@@ -61,7 +61,7 @@ int SendComm::fd(size_t i) const noexcept
 
 SendComm::Stats SendComm::stats() noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     Stats s = stats_;
     for (const PathSlot &sl : paths_) s.alive_paths += sl.alive() ? 1 : 0;
     return s;
@@ -69,7 +69,7 @@ SendComm::Stats SendComm::stats() noexcept
 
 int SendComm::active_dev() noexcept
 {
-    std::lock_guard<std::mutex> g(mu_);
+    Locked g(*this);
     return paths_[active_].alive() ? paths_[active_].path->identity().dev : -1;
 }
 

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The progress engine's threads: which thread serves a client (bind), that a client's
 // callbacks always come from that one thread, that clients spread over the threads a node
-// may have, tickers, and quiesce() after remove().
+// may have, tickers, quiesce() after remove(), the cpulist parser behind NUMA pinning, and
+// the comm's kick hand-off between an engine thread and the lock's holder.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "comm.h"
 #include "progress.h"
 
 namespace vn = vigil::net;
@@ -231,4 +234,137 @@ TEST_CASE("stop and start again: a fresh thread 0 serves new clients", "[progres
     e.unbind(&p);
     e.quiesce();
     e.stop();
+}
+
+TEST_CASE("quiesce() waits for a callback fetched before the removal", "[progress]")
+{
+    // A client whose callback blocks until released: quiesce() must not return meanwhile.
+    class Blocking final : public vn::ProgressClient
+    {
+    public:
+        void on_ready() noexcept override
+        {
+            entered.store(true);
+            while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            left.store(true);
+        }
+        std::atomic<bool> entered{false}, release{false}, left{false};
+    };
+    vn::ProgressEngine e;
+    REQUIRE(e.start(2) == 0);
+    Probe other; // makes the blocking client the second thread's
+    e.bind(&other, -1);
+    Blocking b;
+    e.bind(&b, -1);
+    const int fd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC); // readable from the start
+    REQUIRE(fd >= 0);
+    REQUIRE(e.add(fd, &b) == 0);
+    REQUIRE(eventually([&] { return b.entered.load(); }));
+    e.remove(fd, &b);
+    std::atomic<bool> returned{false};
+    std::thread q([&] {
+        e.quiesce();
+        returned.store(true);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(returned.load()); // the callback still runs
+    b.release.store(true);
+    q.join();
+    CHECK(b.left.load()); // quiesce() returned only after the callback ended
+    e.unbind(&b);
+    e.unbind(&other);
+    ::close(fd);
+    e.stop();
+}
+
+TEST_CASE("parse_cpulist: ranges and lists, limited to the allowed CPUs", "[progress]")
+{
+    cpu_set_t all, some, out;
+    CPU_ZERO(&all);
+    for (int c = 0; c < 64; ++c) CPU_SET(c, &all);
+    CPU_ZERO(&some);
+    CPU_SET(2, &some);
+    CPU_SET(9, &some);
+    auto cpus = [](const cpu_set_t &s) {
+        std::vector<int> v;
+        for (int c = 0; c < 64; ++c)
+            if (CPU_ISSET(c, &s)) v.push_back(c);
+        return v;
+    };
+    REQUIRE(vn::parse_cpulist("0-3,8,10-11\n", all, &out));
+    CHECK(cpus(out) == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+    REQUIRE(vn::parse_cpulist("0-3,8-9", some, &out));
+    CHECK(cpus(out) == std::vector<int>{2, 9});
+    CHECK_FALSE(vn::parse_cpulist("4-7", some, &out)); // none of the node's CPUs is ours
+    CHECK(CPU_COUNT(&out) == 0);
+    CHECK_FALSE(vn::parse_cpulist("", all, &out)); // a node with memory only
+    for (const char *bad : {"3-1", "a", "1,,2", "1-", "-1", "0-3x", "1 2"}) {
+        INFO(bad);
+        CHECK_FALSE(vn::parse_cpulist(bad, all, &out));
+        CHECK(CPU_COUNT(&out) == 0);
+    }
+}
+
+namespace {
+
+// A comm with no paths that counts its progress passes, to drive the kick hand-off.
+class KickComm final : public vn::Comm
+{
+public:
+    KickComm() : Comm(std::array<int, vn::kMaxPaths>{}) {}
+    /// Runs f with the comm's lock held, as isend/irecv/test would.
+    void holding(const std::function<void()> &f)
+    {
+        Locked g(*this);
+        f();
+    }
+    std::atomic<int> passes{0};
+
+protected:
+    void progress_locked() noexcept override { passes.fetch_add(1); }
+    void rearm_locked(bool) noexcept override {}
+    void goodbye_locked() noexcept override {}
+    size_t nfds() const noexcept override { return 0; }
+    int fd(size_t) const noexcept override { return -1; }
+};
+
+} // namespace
+
+TEST_CASE("an fd event on a locked comm is served by the lock's holder when it lets go", "[progress][comm]")
+{
+    vn::ProgressEngine &e = vn::ProgressEngine::instance();
+    REQUIRE(e.start(2) == 0); // several threads: the kick hand-off
+    REQUIRE(e.threads() == 2);
+    KickComm k;
+
+    SECTION("a free comm progresses at once on the engine's thread")
+    {
+        k.on_ready();
+        CHECK(k.passes.load() == 1);
+    }
+    SECTION("a held comm: the engine thread does not wait, the holder progresses after unlocking")
+    {
+        k.holding([&] {
+            std::thread engine([&] { k.on_ready(); }); // must return although the lock is taken
+            engine.join();
+            CHECK(k.passes.load() == 0);
+        });
+        CHECK(k.passes.load() == 1); // served by the holder, with no further event or tick
+    }
+    SECTION("kicks while held are served once")
+    {
+        k.holding([&] {
+            for (int i = 0; i < 3; ++i) {
+                std::thread engine([&] { k.on_ready(); });
+                engine.join();
+            }
+        });
+        CHECK(k.passes.load() == 1);
+    }
+    e.stop();
+    CHECK(e.threads() == 1);
+    // One thread: the engine's callback takes the lock itself; there are no kicks.
+    const int before = k.passes.load();
+    k.on_ready();
+    CHECK(k.passes.load() == before + 1);
 }
