@@ -9,7 +9,6 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +29,7 @@
 #include "plugin.h"
 #include "tcp/tcp_setup.h"
 #include "tcp/wire.h"
+#include "warn_capture.h"
 
 namespace vn = vigil::net;
 using Clock = std::chrono::steady_clock;
@@ -50,32 +50,20 @@ inline const bool g_env_ready = [] {
 
 // ---- WARN capture -----------------------------------------------------------------------
 
-inline std::mutex g_log_mu;
-inline std::vector<std::string> g_warns;
-
-inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char * /*file*/,
-                        int /*line*/, const char *fmt, ...)
-{
-    if (level != NCCL_LOG_WARN) return;
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (std::getenv("HANDSHAKE_TEST_VERBOSE") != nullptr) std::fprintf(stderr, "WARN %s\n", buf);
-    std::lock_guard<std::mutex> lock(g_log_mu);
-    g_warns.emplace_back(buf);
-}
+// The plugin's WARN lines (HANDSHAKE_TEST_VERBOSE=1 echoes them).
+using vigil::test::g_warn_mu;
+using vigil::test::g_warns;
+inline constexpr char kVerboseEnv[] = "HANDSHAKE_TEST_VERBOSE";
 
 inline size_t warn_mark()
 {
-    std::lock_guard<std::mutex> lock(g_log_mu);
+    std::lock_guard<std::mutex> lock(g_warn_mu);
     return g_warns.size();
 }
 
 inline std::vector<std::string> warns_since(size_t mark)
 {
-    std::lock_guard<std::mutex> lock(g_log_mu);
+    std::lock_guard<std::mutex> lock(g_warn_mu);
     return {g_warns.begin() + static_cast<std::ptrdiff_t>(std::min(mark, g_warns.size())),
             g_warns.end()};
 }
@@ -111,7 +99,7 @@ struct Session {
     Session()
     {
         (void)g_env_ready;
-        rc = vn::plugin_init(&test_logger, 12);
+        rc = vn::plugin_init(&vigil::test::warn_logger<kVerboseEnv>, 12);
     }
     ~Session()
     {

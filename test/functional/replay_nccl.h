@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +22,7 @@
 #include "nccl_abi/profiler_v4.h"
 #include "nccl_abi/profiler_v6.h"
 #include "nccl_abi/profiler_v7.h"
+#include "warn_capture.h"
 
 using json = nlohmann::json;
 
@@ -73,22 +73,11 @@ inline void *const kBuf = reinterpret_cast<void *>(uintptr_t{0x7f0000200000ull})
 
 // ---- the NCCL side (runs in the forked child) --------------------------------------------
 
-inline std::mutex g_warn_mu;
-inline std::vector<std::string> g_warns;
-
-inline void logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char * /*file*/,
-                   int /*line*/, const char *fmt, ...)
-{
-    if (level != NCCL_LOG_WARN) return;
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (std::getenv("PROFILER_REPLAY_VERBOSE") != nullptr) std::fprintf(stderr, "[child %d] WARN %s\n", getpid(), buf);
-    std::lock_guard<std::mutex> g(g_warn_mu);
-    g_warns.emplace_back(buf);
-}
+// The plugins' WARN lines (PROFILER_REPLAY_VERBOSE=1 echoes them).
+using vigil::test::g_warn_mu;
+using vigil::test::g_warns;
+inline constexpr char kVerboseEnv[] = "PROFILER_REPLAY_VERBOSE";
+inline constexpr auto logger = &vigil::test::warn_logger<kVerboseEnv>;
 
 // NCCL's one process-wide ncclProfilerEventMask (v2.28.9-1:src/plugin/profiler.cc:185).
 inline int g_mask = 0;
