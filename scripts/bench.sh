@@ -28,10 +28,7 @@ server() {
     pid_record "$tmp/servers" "$name"
 }
 
-# run_in WHERE CMD...: WHERE is "local" or a lab host index.
-run_in() { local w=$1; shift; if [[ $w == local ]]; then "$@"; else scripts/netlab.sh exec "$w" -- "$@"; fi; }
-median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
-jget() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
+source scripts/bench_lib.sh
 
 # vigil_bw SRV_WHERE CLI_WHERE IFNAME BYTES -> GB/s (rank 0 = sender in CLI_WHERE)
 vigil_bw() {

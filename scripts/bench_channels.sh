@@ -25,8 +25,7 @@ tmp=$(mktemp -d /tmp/vigil-bench-ch.XXXXXX)
 source scripts/pids.sh
 # iperf3 servers run in command substitutions: each is recorded in $tmp/servers.
 trap 'pid_stop_recorded "$tmp/servers"; rm -rf "$tmp"' EXIT
-run_in() { local w=$1; shift; if [[ $w == local ]]; then "$@"; else scripts/netlab.sh exec "$w" -- "$@"; fi; }
-median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+source scripts/bench_lib.sh
 bytes_of() { python3 -c 'import sys; s=sys.argv[1]; m={"K":1<<10,"M":1<<20,"G":1<<30}; print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))' "$1"; }
 size=$(bytes_of "$BYTES")
 

@@ -37,9 +37,7 @@ if [[ -z ${BASE_PLUGIN:-} ]]; then
 fi
 [[ -f $BASE_PLUGIN ]] || { echo "bench_cts: no baseline plugin at $BASE_PLUGIN" >&2; exit 1; }
 
-run_in() { local w=$1; shift; if [[ $w == local ]]; then "$@"; else scripts/netlab.sh exec "$w" -- "$@"; fi; }
-median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
-jget() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
+source scripts/bench_lib.sh
 
 # one PLUGIN SRV CLI IFNAME WORKLOAD BYTES ITERS KEY -> the KEY of rank 0's summary
 one() { # PLUGIN SRV CLI IFNAME WORKLOAD BYTES ITERS KEY [netbench arguments...]
