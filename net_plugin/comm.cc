@@ -104,8 +104,7 @@ void Comm::on_ready() noexcept
         // Never wait behind the application's test(): whoever holds the lock takes the kick
         // when it lets go (take_kicks), and this thread serves its other comms meanwhile.
         kick_.store(true, std::memory_order_relaxed);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        take_kicks();
+        take_kicks(); // its fence orders the kick before the try_lock
         return;
     }
     std::lock_guard<std::mutex> g(mu_);
@@ -117,8 +116,9 @@ void Comm::take_kicks() noexcept
 {
     if (ProgressEngine::instance().threads() == 1) return; // nobody kicks
 
-    // Pairs with on_ready()'s fence: either the kicker's try_lock saw mu_ free, or this load
-    // sees its kick (the store-buffering pattern, seq_cst fences on both sides).
+    // Store buffering, a seq_cst fence on both sides: a kicker fences between its kick and its
+    // try_lock, a holder between its unlock and this load, so either the kicker's try_lock saw
+    // mu_ free or the holder sees the kick.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     while (kick_.load(std::memory_order_relaxed)) {
         if (!mu_.try_lock()) return; // the holder takes it
