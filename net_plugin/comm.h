@@ -54,6 +54,8 @@ struct FailoverConfig {
     uint64_t failback_hold_ns = 1'000'000'000ull;  ///< a rebuilt primary must live this long
     uint64_t rebuild_backoff_min_ns = 50'000'000ull;   ///< first retry delay of a rebuild
     uint64_t rebuild_backoff_max_ns = 1'000'000'000ull; ///< retry delay cap (no attempt limit)
+    bool multipath = false;          ///< stripe over every live path whose fabric stripes
+    uint64_t piece_bytes = 512 * 1024; ///< with multipath: bytes posted to one path at a time
 };
 
 /// Telemetry tuning: windows of window_ns per path in the process's registry (0: meters off).

@@ -145,14 +145,17 @@ struct CtsGroup {
 
 // ---- Sending -------------------------------------------------------------------------------
 
-/// One bound message as the core hands it to a send path. The payload and `mr` stay valid
-/// until the core has seen the receiver's ack for `seq` (a send completes only then, design
-/// invariant 3), so a path may (re)transmit from them at any time before.
+/// One bound message, or one piece of it, as the core hands it to a send path. The payload
+/// and `mr` stay valid until the core has seen the receiver's ack for `seq` (a send completes
+/// only then, design invariant 3), so a path may (re)transmit from them at any time before.
+/// A path that does not stripe (SendPath::stripes) is only ever given whole messages.
 struct OutMessage {
     uint64_t seq = 0;   ///< dense per connection, from 0
     int32_t tag = 0;
-    const uint8_t *data = nullptr;
-    size_t size = 0;    ///< <= dest.size
+    const uint8_t *data = nullptr; ///< offset 0 of the message
+    size_t size = 0;    ///< of the whole message, <= dest.size
+    size_t offset = 0;  ///< the piece this path sends: bytes [offset, offset + length) ...
+    size_t length = 0;  ///< ... (the whole message: 0 and size)
     const MemRegion *mr = nullptr; ///< NCCL's mhandle (may be null where the fabric needs none)
     uint64_t group = 0; ///< CTS group the message is bound to
     int entry = 0;      ///< ... and the entry (receive buffer) within it
@@ -206,7 +209,8 @@ class SendPath
 public:
     virtual ~SendPath() = default;
     virtual const PathIdentity &identity() const = 0;
-    /// Makes an idle path (a standby taking over, or a rebuilt one) carry generation `gen`
+    /// Makes an idle path (a standby taking over, or a rebuilt one; with stripes(), also one
+    /// still sending the previous generation's pieces) carry generation `gen`
     /// from sequence number `first_seq` on, and tells the receiver so before any message of
     /// that generation: a generation notice naming `abandoned`, the path slot the sender left
     /// because it failed, and that path's id (the receiver must stop that path writing into its
@@ -217,8 +221,9 @@ public:
     /// NCCL's again.
     virtual void begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id) = 0;
     /// Queues `m` for transmission after every message posted before it. Never blocks,
-    /// never fails: errors surface from progress(). Sequence numbers increase, densely except
-    /// where a replay skips messages the core already saw held.
+    /// never fails: errors surface from progress(). (seq, offset) increase; sequence numbers
+    /// are dense except where a replay skips messages the core already saw held, or, on a
+    /// path that stripes, where another path carries the whole message.
     virtual void post(const OutMessage &m) = 0;
     /// True when every posted message has left completely (TCP: written; verbs: its work
     /// requests completed), so a switch to another path cannot leave a write behind.
@@ -235,6 +240,17 @@ public:
     virtual uint64_t oldest_referenced() const { return ~0ull; }
     /// Every seq below `seq` is acknowledged: a path may drop what it still queues of them.
     virtual void skip_to(uint64_t /*seq*/) {}
+    /// True when the path takes pieces of messages (OutMessage::offset/length; the receiver
+    /// counts a message's bytes whichever path of its generation they came on) and begin()
+    /// while frames of the old generation are still in flight (it finishes or drops them, and
+    /// nothing of the old generation counts at the receiver once the notice arrived). The
+    /// core stripes a connection over its paths only when every one of them does.
+    virtual bool stripes() const { return false; }
+    /// With stripes(): whether another piece may be posted now (the path's queue has room).
+    virtual bool can_post() const { return true; }
+    /// With stripes(): payload bytes posted and not yet handed to the network (TCP: not yet
+    /// written into a socket), the queue that grows on a path slower than its share.
+    virtual uint64_t backlog() const { return 0; }
     /// Moves bytes without blocking, reporting acks and CTS groups into `sink`.
     virtual PathStatus progress(SendSink &sink) = 0;
     /// The progress engine is about to progress this path: take the readiness notifications it

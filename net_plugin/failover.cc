@@ -58,26 +58,44 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     const uint64_t t0 = now_ns();
     PathSlot &d = paths_[dead];
     const bool was_active = d.state == SlotState::kActive;
+    const bool was_shared = d.state == SlotState::kShared;
     d.state = SlotState::kDead;
+    abandon_locked(dead, t0);
     if (d.tm) {
-        if (was_active) {
-            const Outstanding o = outstanding_locked();
-            d.tm->meter.on_abandon(t0, o.msgs, o.bytes);
-        }
         d.tm->meter.on_error(t0);
         d.tm->meter.set_state(t0, telemetry::kDead, gen_);
         if (d.tm->entry) d.tm->entry->failovers.fetch_add(1, std::memory_order_relaxed);
     }
     watch(*d.path, false);
+    if (was_shared) {
+        // Pieces it carried may have landed in part: the active path starts a new generation
+        // (its notice names this path, which the receiver fences) and what is not acked is
+        // distributed again.
+        const Outstanding replay = switch_to_locked(active_, dead, d.path->identity().id);
+        ++stats_.failovers;
+        failover_t0_ns_ = t0;
+        queue_event_locked(vigilNetProfFailover, dead, replay.bytes);
+        telemetry::record_event(telemetry::EventType::kFailover,
+                                d.desc + " -> " + paths_[active_].desc + ": " + cause +
+                                    ", generation " + std::to_string(gen_) + ", replaying " +
+                                    std::to_string(replay.msgs) + " messages");
+        failover_probe_seq_ = acked_ + 1;
+        failover_timing_ = replay.msgs > 0;
+        VLOG_WARN("host %s: failover: shared path lost: %s: %s; all traffic on %s, generation %u, "
+                  "replaying %llu messages (%llu bytes)", host_name(), d.desc.c_str(), cause.c_str(),
+                  paths_[active_].desc.c_str(), gen_, static_cast<unsigned long long>(replay.msgs),
+                  static_cast<unsigned long long>(replay.bytes));
+        return;
+    }
     if (!was_active) {
         cancel_drain_locked();
         VLOG_WARN("host %s: standby path lost: %s: %s; the connection has no standby now",
                   host_name(), d.desc.c_str(), cause.c_str());
         return;
     }
-    int next = -1;
+    int next = -1; // a shared path carries already: it takes over first
     for (int i = 0; i < kMaxPaths; ++i)
-        if (paths_[i].alive()) next = i;
+        if (paths_[i].alive() && (next < 0 || paths_[i].state == SlotState::kShared)) next = i;
     if (next < 0) {
         no_path_since_ns_ = t0;
         // The path a rebuilt one takes over from: the receiver must fence it, if it has not.
@@ -112,8 +130,7 @@ void SendComm::cancel_drain_locked() noexcept
 {
     if (!draining_) return;
     draining_ = false;
-    if (paths_[active_].state == SlotState::kActive)
-        for (uint64_t s = std::max(drain_from_seq_, acked_); s < next_seq_; ++s) post_locked(s);
+    distribute_locked(); // what was held back
 }
 
 SendComm::Outstanding SendComm::switch_to_locked(int slot, int abandoned, uint64_t abandoned_id) noexcept
@@ -122,12 +139,10 @@ SendComm::Outstanding SendComm::switch_to_locked(int slot, int abandoned, uint64
     const uint64_t now = now_ns();
     const Outstanding replay = outstanding_locked();
     PathSlot &old = paths_[active_];
+    for (int i = 0; i < kMaxPaths; ++i) abandon_locked(i, now); // all of it is posted again
     if (active_ != slot && old.state == SlotState::kActive) { // failback: old goes back to standby
         old.state = SlotState::kStandby;
-        if (old.tm) {
-            old.tm->meter.on_abandon(now, replay.msgs, replay.bytes);
-            old.tm->meter.set_state(now, telemetry::kStandby, gen_ + 1);
-        }
+        if (old.tm) old.tm->meter.set_state(now, telemetry::kStandby, gen_ + 1);
     }
     ++gen_;
     active_ = slot;
@@ -138,9 +153,13 @@ SendComm::Outstanding SendComm::switch_to_locked(int slot, int abandoned, uint64
         a.tm->meter.on_replay(now, static_cast<uint32_t>(replay.msgs));
     }
     a.path->begin(acked_, gen_, abandoned, abandoned_id);
-    // A message seen held is complete (NCCL may have its buffer back): never sent again.
-    for (uint64_t s = acked_; s < next_seq_; ++s)
-        if (!held_[s % kMaxInflight]) post_locked(s);
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (i != slot && paths_[i].state == SlotState::kShared) paths_[i].path->begin(acked_, gen_, -1, 0);
+    // Everything not acked again, over the carrying paths; a message seen held is complete
+    // (NCCL may have its buffer back) and never sent again.
+    assign_seq_ = acked_;
+    assign_off_ = 0;
+    distribute_locked();
     a.last_heard_ns = now_ns(); // the stall clock of the new active path starts now
     stats_.generation = gen_;
     stats_.replayed_messages += replay.msgs;
@@ -149,14 +168,18 @@ SendComm::Outstanding SendComm::switch_to_locked(int slot, int abandoned, uint64
 
 void SendComm::watchdogs_locked(uint64_t now) noexcept
 {
-    PathSlot &a = paths_[active_];
-    if (a.state == SlotState::kActive) {
-        // Stall watchdog: data the receiver has not acked and nothing heard for too long.
-        const uint64_t quiet = since(now, a.last_heard_ns);
+    // Stall watchdog: data the receiver has not acked and nothing heard for too long on a
+    // carrying path (the receiver acks on every live path). A shared path first, so the
+    // active one is left for last.
+    auto stall = [&](int i) {
+        const uint64_t quiet = since(now, paths_[i].last_heard_ns);
         if (acked_ < next_seq_ && quiet > cfg_.stall_timeout_ns)
-            failover_locked(active_, "stalled: nothing heard for " +
-                                         std::to_string(quiet / 1000000) + " ms with data in flight");
-    }
+            failover_locked(i, "stalled: nothing heard for " + std::to_string(quiet / 1000000) +
+                                   " ms with data in flight");
+    };
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (paths_[i].state == SlotState::kShared) stall(i);
+    if (paths_[active_].state == SlotState::kActive) stall(active_);
     // A standby hears the receiver's heartbeats every probe interval; silence means dead.
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &sb = paths_[i];
@@ -174,6 +197,7 @@ void SendComm::watchdogs_locked(uint64_t now) noexcept
         rebuild_locked(now);
         failback_locked(now);
     }
+    share_locked(now);
     bool any = false;
     for (const PathSlot &s : paths_) any = any || s.alive();
     if (any) no_path_since_ns_ = 0;
@@ -191,6 +215,7 @@ void SendComm::install_locked(int i, std::unique_ptr<SendPath> p, uint64_t now) 
     watch(*sl.path, true);
     sl.desc = sl.path->identity().describe();
     sl.state = SlotState::kStandby;
+    sl.rebuilt = true;
     sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
     sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
     ++stats_.rebuilds;
@@ -233,8 +258,7 @@ void SendComm::failback_locked(uint64_t now) noexcept
     if (active_ != kBackup || pri.state != SlotState::kStandby ||
         since(now, pri.up_since_ns) < cfg_.failback_hold_ns)
         return;
-    if (!draining_) drain_from_seq_ = next_seq_;
-    draining_ = true;
+    draining_ = true; // distribute_locked() holds new messages back
     if (paths_[kBackup].alive() && !paths_[kBackup].path->idle()) return;
     draining_ = false;
     const uint64_t bytes = switch_to_locked(kPrimary, -1, 0).bytes;
@@ -246,6 +270,27 @@ void SendComm::failback_locked(uint64_t now) noexcept
               "replaying %llu bytes", host_name(), pri.desc.c_str(),
               static_cast<double>(since(now, backup_since_ns_)) / 1e6, gen_,
               static_cast<unsigned long long>(bytes));
+}
+
+} // namespace vigil::net
+
+namespace vigil::net {
+
+void SendComm::share_locked(uint64_t now) noexcept
+{
+    if (draining_ || paths_[active_].state != SlotState::kActive || !striping()) return;
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &sl = paths_[i];
+        if (sl.state != SlotState::kStandby) continue;
+        if (i == kPrimary && active_ != kPrimary) continue; // failback takes it back whole
+        if (sl.rebuilt && since(now, sl.up_since_ns) < cfg_.failback_hold_ns) continue;
+        sl.state = SlotState::kShared;
+        sl.last_heard_ns = now; // its stall clock starts now
+        sl.path->begin(assign_seq_, gen_, -1, 0);
+        if (sl.tm) sl.tm->meter.set_state(now, telemetry::kActive, gen_);
+        VLOG_INFO(NCCL_NET, "host %s: multipath: %s carries pieces beside %s (generation %u)",
+                  host_name(), sl.desc.c_str(), paths_[active_].desc.c_str(), gen_);
+    }
 }
 
 } // namespace vigil::net

@@ -99,6 +99,8 @@ FailoverConfig failover_config(const Params &params)
     c.stall_timeout_ns = static_cast<uint64_t>(params.stall_timeout_ms) * 1'000'000ull;
     c.probe_interval_ns = static_cast<uint64_t>(params.probe_interval_ms) * 1'000'000ull;
     c.failback_hold_ns = static_cast<uint64_t>(params.failback_hold_ms) * 1'000'000ull;
+    c.multipath = params.multipath;
+    c.piece_bytes = params.multipath_piece_bytes;
     return c;
 }
 

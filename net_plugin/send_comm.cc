@@ -31,6 +31,7 @@ SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
         meter_locked(i);
         if (sl.tm && i != kPrimary) sl.tm->meter.set_state(now, telemetry::kStandby, gen_);
     }
+    share_locked(now); // multipath: the backup carries from the first message on
 }
 
 SendComm::~SendComm()
@@ -84,15 +85,76 @@ SendComm::Outstanding SendComm::outstanding_locked() const noexcept
     return o;
 }
 
-void SendComm::post_locked(uint64_t seq) noexcept
+void SendComm::post_locked(int slot, uint64_t seq, size_t off, size_t len) noexcept
 {
     const size_t i = seq % kMaxInflight;
     SendMsg &m = msgs_[i];
     const uint64_t now = now_ns();
     m.posted_ns = now;
-    if (PathTelemetry *tm = paths_[active_].tm.get()) tm->meter.on_post(now, reqs_[i].size);
-    paths_[active_].path->post(OutMessage{seq, m.tag, m.data, reqs_[i].size, m.mr, m.group,
-                                          m.entry, m.dest});
+    PathSlot &sl = paths_[slot];
+    if (PathTelemetry *tm = sl.tm.get()) {
+        if ((m.on_slots >> slot & 1) == 0) tm->meter.on_post(now, len);
+        else tm->meter.on_more(now, len);
+    }
+    m.on_slots = static_cast<uint8_t>(m.on_slots | 1u << slot);
+    m.slot_bytes[static_cast<size_t>(slot)] += len;
+    OutMessage out{seq, m.tag, m.data, reqs_[i].size, off, len, m.mr, m.group, m.entry, m.dest};
+    sl.path->post(out);
+    if (slot != active_) ++stats_.pieces;
+}
+
+bool SendComm::striping() const noexcept
+{
+    if (!cfg_.multipath) return false;
+    for (const PathSlot &sl : paths_)
+        if (sl.path && !sl.path->stripes()) return false;
+    return true;
+}
+
+bool SendComm::has_room_locked(int i) const noexcept
+{
+    const SendPath &p = *paths_[i].path;
+    return p.can_post() && p.backlog() < 2 * cfg_.piece_bytes;
+}
+
+unsigned SendComm::distribute_locked() noexcept
+{
+    if (paths_[active_].state != SlotState::kActive || draining_) return 0;
+    int shared = -1;
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (paths_[i].state == SlotState::kShared) shared = i;
+    if (assign_seq_ < acked_) { // acked from an older generation's copy: its slot may be reused
+        assign_seq_ = acked_;
+        assign_off_ = 0;
+    }
+    unsigned posted = 0;
+    while (assign_seq_ < next_seq_) {
+        const size_t size = reqs_[assign_seq_ % kMaxInflight].size;
+        if (held_[assign_seq_ % kMaxInflight]) {
+            ++assign_seq_; // seen held: complete, never sent again
+            assign_off_ = 0;
+            continue;
+        }
+        int to = active_;
+        size_t len = size - assign_off_;
+        if (shared >= 0) {
+            // Pieces, each to the first carrying path whose queue has room: the active path
+            // first, so a message that fits one piece takes the path a standby set-up would.
+            if (!has_room_locked(active_)) {
+                if (!has_room_locked(shared)) break;
+                to = shared;
+            }
+            len = std::min<size_t>(len, cfg_.piece_bytes);
+        }
+        post_locked(to, assign_seq_, assign_off_, len);
+        posted |= 1u << to;
+        assign_off_ += len;
+        if (assign_off_ >= size) {
+            ++assign_seq_;
+            assign_off_ = 0;
+        }
+    }
+    return posted;
 }
 
 int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Request **out,
@@ -132,11 +194,9 @@ int SendComm::isend_locked(const void *data, size_t size, int tag, MemRegion *mr
     int entry = -1;
     if (int rc = match_locked(tag, size, &entry); rc != 0 || entry < 0) return rc;
     Request &r = bind_locked(data, size, tag, mr, entry);
-    // With no live path, or while failback drains the backup, the message waits in the ring;
-    // the switch replays it.
-    if (paths_[active_].state == SlotState::kActive && !draining_) post_locked(next_seq_);
     ++next_seq_;
-    // A TCP path's post() queues the frames its progress() writes.
+    // Posts it (with no live path, or while failback drains the backup, it waits in the ring
+    // and the switch replays it); a TCP path's post() queues the frames its progress() writes.
     progress_locked();
     *out = &r;
     return 0;
@@ -249,7 +309,13 @@ void SendComm::on_held(uint64_t seq) noexcept
 void SendComm::complete_one_locked(uint64_t seq, uint64_t now) noexcept
 {
     const size_t i = seq % kMaxInflight;
-    if (PathTelemetry *atm = paths_[active_].tm.get()) atm->meter.on_complete(now, msgs_[i].posted_ns, reqs_[i].size);
+    SendMsg &m = msgs_[i];
+    for (int k = 0; k < kMaxPaths; ++k) // every path that carried pieces of it, with its bytes
+        if ((m.on_slots >> k & 1) != 0)
+            if (PathTelemetry *tm = paths_[k].tm.get())
+                tm->meter.on_complete(now, m.posted_ns, m.slot_bytes[static_cast<size_t>(k)]);
+    m.on_slots = 0;
+    m.slot_bytes = {};
     MemRegion::unref(msgs_[i].mr);
     msgs_[i].mr = nullptr;
     reqs_[i].state.store(Request::kDone, std::memory_order_release);
@@ -320,6 +386,22 @@ void SendComm::complete_acked_locked(uint64_t now) noexcept
     }
 }
 
+SendComm::Outstanding SendComm::abandon_locked(int slot, uint64_t now) noexcept
+{
+    Outstanding o;
+    for (uint64_t s = acked_; s < next_seq_; ++s) {
+        SendMsg &m = msgs_[s % kMaxInflight];
+        if ((m.on_slots >> slot & 1) == 0) continue;
+        ++o.msgs;
+        o.bytes += m.slot_bytes[static_cast<size_t>(slot)];
+        m.on_slots = static_cast<uint8_t>(m.on_slots & ~(1u << slot));
+        m.slot_bytes[static_cast<size_t>(slot)] = 0;
+    }
+    if (PathTelemetry *tm = paths_[slot].tm.get(); tm != nullptr && o.msgs > 0)
+        tm->meter.on_abandon(now, o.msgs, o.bytes);
+    return o;
+}
+
 void SendComm::receiver_closed_locked() noexcept
 {
     if (peer_closed_) return;
@@ -354,6 +436,36 @@ void SendComm::goodbye_locked() noexcept
         if (sl.alive()) sl.path->goodbye();
 }
 
+bool SendComm::progress_path_locked(int i, uint64_t now, WaitReport *waits, bool *changed) noexcept
+{
+    PathSlot &s = paths_[i];
+    PathStatus st = s.path->progress(s.sink);
+    waits->note(st);
+    if (st.heard) s.last_heard_ns = now;
+    if (cts_error_ != 0) {
+        fail_locked(cts_error_, s.desc + ": the receiver's CTS contradicts the protocol");
+        return false;
+    }
+    if (st.error != 0 && st.fatal) {
+        // A protection or access error, or a peer breaking the protocol: another path would
+        // meet the same.
+        fail_locked(st.error, s.desc + ": " + st.detail);
+        return false;
+    }
+    if (st.error != 0) {
+        failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
+        *changed = true;
+    } else if (st.peer_closed) {
+        receiver_closed_locked();
+        *changed = true;
+    } else if (st.failover_requested && st.failed_slot < kMaxPaths &&
+               static_cast<int>(st.failed_slot) != i && paths_[st.failed_slot].alive()) {
+        failover_locked(static_cast<int>(st.failed_slot), "the receiver saw its port fail");
+        *changed = true;
+    }
+    return true;
+}
+
 void SendComm::progress_locked() noexcept
 {
     // One clock read per call unless a path changed state: a caller spinning on test() calls
@@ -361,35 +473,23 @@ void SendComm::progress_locked() noexcept
     const uint64_t now = now_ns();
     bool changed = false;
     WaitReport waits;
-    for (int i = 0; i < kMaxPaths; ++i) {
-        PathSlot &s = paths_[i];
-        if (!s.alive()) continue;
-        PathStatus st = s.path->progress(s.sink);
-        waits.note(st);
-        if (st.heard) s.last_heard_ns = now;
-        if (cts_error_ != 0) {
-            fail_locked(cts_error_, s.desc + ": the receiver's CTS contradicts the protocol");
-            return;
-        }
-        if (st.error != 0 && st.fatal) {
-            // A protection or access error, or a peer breaking the protocol: another path
-            // would meet the same.
-            fail_locked(st.error, s.desc + ": " + st.detail);
-            return;
-        }
-        if (st.error != 0) {
-            failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
-            changed = true;
-        } else if (st.peer_closed) {
-            receiver_closed_locked();
-            changed = true;
-        } else if (st.failover_requested && st.failed_slot < kMaxPaths &&
-                   static_cast<int>(st.failed_slot) != i && paths_[st.failed_slot].alive()) {
-            failover_locked(static_cast<int>(st.failed_slot), "the receiver saw its port fail");
-            changed = true;
-        }
+    // Posting stamps its own times (after `now`): so do the timers below then.
+    changed = distribute_locked() != 0;
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (paths_[i].alive() && !progress_path_locked(i, now, &waits, &changed)) return;
+    // Multipath: paths that drained their queue take the next pieces, and write them now (a
+    // socket with room left signals nothing more). Bounded: each round fills the queues.
+    for (int round = 0; round < 4; ++round) {
+        const unsigned posted = distribute_locked();
+        if (posted == 0) break;
+        changed = true;
+        for (int i = 0; i < kMaxPaths; ++i)
+            if ((posted >> i & 1) != 0 && paths_[i].alive() &&
+                !progress_path_locked(i, now, &waits, &changed))
+                return;
     }
-    // A failover above stamped times after `now`: the timers below must not run backwards.
+    // A failover or a post above stamped times after `now`: the timers below must not run
+    // backwards.
     const uint64_t later = changed ? now_ns() : now;
     complete_acked_locked(later);
     if (error_.load(std::memory_order_relaxed) != 0) return;

@@ -20,8 +20,17 @@ namespace vigil::net {
  *
  * States of each path slot (SlotState):
  *   kActive   carries messages; exactly one slot is kActive while any slot is alive
+ *   kShared   multipath: carries pieces of messages beside the active path, in its generation
  *   kStandby  connected, probed, carries nothing
  *   kDead     gone (never connected, failed, or left); a rebuild may bring it back
+ *
+ * Multipath (FailoverConfig::multipath, every path's fabric stripes): the bytes not yet posted
+ * in this generation ([assign_seq_, assign_off_) on) go out in pieces of piece_bytes, each to
+ * the active path when fewer than two pieces wait for its sockets, else to a shared one under
+ * the same bound. A path thus takes pieces as fast as its port drains them: a degraded port
+ * carries its share, not the pace, and ports shared by several connections (NCCL's channels)
+ * are divided by the kernel's own fairness, so no rate estimate can make traffic flap. Without
+ * a shared slot, whole messages go to the active path as soon as they are bound.
  *
  * Transitions:
  *   Active --error | port down | stall | the receiver's request--> Dead, and a Standby
@@ -31,6 +40,15 @@ namespace vigil::net {
  *       (an RDMA path's record acknowledged): completed sends never need replay, a send
  *       completes only once the receiver holds it (invariant 3).
  *   Standby --error | silence (no heartbeat for stall_timeout)--> Dead (no traffic moves).
+ *   Standby --multipath, the active path is the primary or this is it, alive for
+ *       failback_hold when rebuilt--> Shared: a same-generation notice, then pieces.
+ *   Shared --error | port down | stall | the receiver's request--> Dead: generation += 1 on
+ *       the active path (a notice naming the dead slot) and every message not acked is
+ *       distributed again over the paths left (a piece may have landed in part).
+ *   Active dies with a Shared slot alive: the Shared slot becomes Active, as a Standby would
+ *       (its fabric finishes the frames it is in and drops the rest of the old generation).
+ *   Any generation switch re-begins every Shared slot in the new generation and distributes
+ *       the replay over all carrying paths.
  *   Dead --rebuild accepted by the peer--> Standby (attempts back off from
  *       rebuild_backoff_min to _max, without limit); with no slot alive it becomes Active at
  *       once (generation += 1, a notice naming the last path lost, which the receiver
@@ -52,7 +70,7 @@ namespace vigil::net {
  * generation; NCCL never sees an error while a slot is alive (fatal errors and the
  * receiver's own close excepted).
  */
-enum class SlotState : uint8_t { kDead, kStandby, kActive };
+enum class SlotState : uint8_t { kDead, kStandby, kActive, kShared };
 
 class SendComm final : public Comm
 {
@@ -100,6 +118,7 @@ public:
         uint32_t failbacks = 0;
         uint32_t rebuilds = 0;
         uint64_t replayed_messages = 0;
+        uint64_t pieces = 0;         ///< multipath: pieces posted to a Shared slot
         uint64_t cts_groups = 0;     ///< distinct CTS groups received
         uint64_t cts_duplicates = 0; ///< groups received again on another path
         uint64_t null_for_cts = 0;   ///< isend answered NULL for want of a CTS entry
@@ -124,6 +143,7 @@ private:
         uint64_t up_since_ns = 0;
         uint64_t next_rebuild_ns = 0;
         uint64_t backoff_ns = 0;
+        bool rebuilt = false; // multipath: shares only after failback_hold
         std::string desc;
         std::unique_ptr<PathTelemetry> tm; // null with telemetry off
         SlotSink sink;
@@ -138,6 +158,10 @@ private:
         int entry = 0;
         CtsEntry dest;
         uint64_t posted_ns = 0; // when (re)posted last, for latency telemetry
+        // Telemetry, this generation: a bit per slot that carries pieces of it (one meter
+        // operation per message and slot), and the bytes each carries.
+        uint8_t on_slots = 0;
+        std::array<uint64_t, kMaxPaths> slot_bytes{};
     };
 
     void progress_locked() noexcept override;
@@ -164,7 +188,15 @@ private:
     int on_cts(int slot, const CtsGroup &g) noexcept;
     /// Completes every message below the newest ack, stamping them done at `now` (ns).
     void complete_acked_locked(uint64_t now) noexcept;
-    void post_locked(uint64_t seq) noexcept;
+    /// Posts bytes [off, off + len) of message `seq` to slot `slot` (the whole message: 0,
+    /// its size), charging the slot's meter.
+    void post_locked(int slot, uint64_t seq, size_t off, size_t len) noexcept;
+    /// Posts what is bound and not yet posted in this generation: whole messages to the active
+    /// path, or pieces over the carrying paths with room (multipath). Returns a bit per slot
+    /// posted to. Nothing while no path is active or failback drains.
+    unsigned distribute_locked() noexcept;
+    /// Whether slot `i` takes another piece now.
+    bool has_room_locked(int i) const noexcept;
     /// Messages neither acknowledged nor seen held, and their bytes: what a switch replays
     /// and what a path left behind had in flight.
     struct Outstanding {
@@ -172,6 +204,10 @@ private:
     };
     Outstanding outstanding_locked() const noexcept;
     void receiver_closed_locked() noexcept;
+    /// Slot `slot`'s meter gives up what it carried of the messages not acked (a failover
+    /// away from it, or a new generation that replays them), which then count as not posted
+    /// there. Returns what it gave up.
+    Outstanding abandon_locked(int slot, uint64_t now) noexcept;
 
     // failover.cc
     void watchdogs_locked(uint64_t now) noexcept;
@@ -181,6 +217,10 @@ private:
     Outstanding switch_to_locked(int slot, int abandoned, uint64_t abandoned_id) noexcept;
     void rebuild_locked(uint64_t now) noexcept;
     void failback_locked(uint64_t now) noexcept;
+    /// Multipath: Standby slots that may carry become Shared (the state machine above).
+    void share_locked(uint64_t now) noexcept;
+    /// Whether the connection stripes: multipath on and every path's fabric stripes.
+    bool striping() const noexcept;
     /// The failback target died while draining: post what was held back on the active path.
     void cancel_drain_locked() noexcept;
     void install_locked(int slot, std::unique_ptr<SendPath> p, uint64_t now) noexcept;
@@ -209,6 +249,9 @@ private:
     };
     /// Charges the active path's meter with the time `r` says the end points made it wait.
     void account_wait_locked(const WaitReport &r, uint64_t now) noexcept;
+    /// (send_comm.cc) Progresses slot `i`'s path and acts on its status. False when the
+    /// connection failed.
+    bool progress_path_locked(int i, uint64_t now, WaitReport *waits, bool *changed) noexcept;
     uint64_t wait_acked_ = 0;  // acked_ as account_wait_locked last saw it ...
     uint64_t wait_pass_ns_ = 0; // ... and when
 
@@ -219,7 +262,6 @@ private:
     int active_ = kPrimary;
     uint32_t gen_ = 1;
     bool draining_ = false;       // failback waits for the backup to be idle
-    uint64_t drain_from_seq_ = 0; // messages from here on are held back while draining
     uint64_t backup_since_ns_ = 0;
     uint64_t no_path_since_ns_ = 0;
     int orphan_slot_ = -1;   // the last path lost with no other left (-1: none) ...
@@ -230,6 +272,8 @@ private:
     std::array<Request, kMaxInflight> reqs_;
     std::array<SendMsg, kMaxInflight> msgs_;
     uint64_t next_seq_ = 0;
+    uint64_t assign_seq_ = 0; // the next bytes to post in this generation: this message ...
+    size_t assign_off_ = 0;   // ... from here on
     uint64_t acked_ = 0;     // every seq below is held by the receiver
     uint64_t ack_seen_ = 0;  // highest ack reported by any path (applied by complete_acked)
     std::array<bool, kMaxInflight> held_{}; // completed ahead of acked_ (SendSink::held)

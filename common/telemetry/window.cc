@@ -6,6 +6,15 @@
 #include <cstring>
 
 namespace vigil::telemetry {
+namespace {
+
+// now - t, or 0 when the caller's clock read predates t (two reads racing on one path).
+uint64_t since_or_zero(uint64_t now, uint64_t t)
+{
+    return now > t ? now - t : 0;
+}
+
+} // namespace
 
 uint64_t DegradeDetector::attribute_wait(uint64_t wait)
 {
@@ -207,6 +216,14 @@ void PathMeter::on_post(uint64_t now, uint64_t bytes)
     cur_.peak_inflight_bytes = std::max(cur_.peak_inflight_bytes, inflight_bytes_);
 }
 
+void PathMeter::on_more(uint64_t now, uint64_t bytes)
+{
+    advance(now);
+    account(now);
+    inflight_bytes_ += bytes;
+    cur_.peak_inflight_bytes = std::max(cur_.peak_inflight_bytes, inflight_bytes_);
+}
+
 void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
 {
     advance(now);
@@ -216,7 +233,7 @@ void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
     hist_.add(now > posted_at ? now - posted_at : 0);
     if (inflight_ops_ == 0) return; // completion of an op posted before this meter existed
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
-    if (--inflight_ops_ == 0) cur_.busy_ns += now - std::max(busy_since_, start_);
+    if (--inflight_ops_ == 0) cur_.busy_ns += since_or_zero(now, std::max(busy_since_, start_));
 }
 
 void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
@@ -226,7 +243,7 @@ void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
     if (inflight_ops_ == 0) return;
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
     inflight_ops_ -= std::min(n, inflight_ops_);
-    if (inflight_ops_ == 0) cur_.busy_ns += now - std::max(busy_since_, start_);
+    if (inflight_ops_ == 0) cur_.busy_ns += since_or_zero(now, std::max(busy_since_, start_));
 }
 
 void PathMeter::set_receiver_bound(uint64_t now, bool bound)

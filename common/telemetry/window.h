@@ -190,6 +190,8 @@ public:
     PathMeter(uint64_t window_ns, WindowSink *sink, const DetectorConfig &det = {});
 
     void on_post(uint64_t now, uint64_t bytes);
+    /// `bytes` more of an operation already posted (a further piece of one message).
+    void on_more(uint64_t now, uint64_t bytes);
     void on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes);
     /// `n` operations in flight were abandoned on this path (failover away) without
     /// completing here.

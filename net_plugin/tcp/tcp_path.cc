@@ -115,8 +115,9 @@ TcpSendPath::~TcpSendPath()
 
 void TcpSendPath::control(FrameHeader::Kind kind, uint64_t seq, uint8_t entry, uint64_t path)
 {
-    // Only between frames of stream 0, so the stream stays a sequence of whole frames.
-    if (streams_[0].cur.written != 0 || ctl_len_ + FrameHeader::kSize > ctl_.size()) return;
+    // Written only between frames of stream 0 (pump_control), so the stream stays a sequence
+    // of whole frames.
+    if (ctl_len_ + FrameHeader::kSize > ctl_.size()) return;
     FrameHeader h;
     h.kind = kind;
     h.gen = gen_;
@@ -129,10 +130,24 @@ void TcpSendPath::control(FrameHeader::Kind kind, uint64_t seq, uint8_t entry, u
 
 void TcpSendPath::begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id)
 {
-    end_seq_ = first_seq;
+    // A stream in the middle of a frame finishes it (its tail), so the stream stays a sequence
+    // of whole frames; everything else posted before is the old generation's and is dropped.
+    for (Stream &s : streams_) {
+        if (s.cur.written != 0 && seek(s.index, &s.cur)) {
+            FrameHeader h;
+            const uint8_t *payload = nullptr;
+            frame(s.cur, &h, &payload);
+            h.encode(s.tail.hdr.data());
+            s.tail.payload = payload;
+            s.tail.len = h.len;
+            s.tail.written = s.cur.written;
+            s.tail.seq = h.seq;
+            s.tail.active = true;
+        }
+        s.cur = Cursor{end_idx_, 0, false, 0};
+    }
     next_first_ = 0;
     gen_ = gen;
-    for (Stream &s : streams_) s.cur = Cursor{first_seq, 0, false, 0};
     control(FrameHeader::kGeneration, first_seq,
             abandoned >= 0 ? static_cast<uint8_t>(abandoned) : FrameHeader::kNoSlot, abandoned_id);
     PathStatus ignored; // errors show on the next progress()
@@ -144,7 +159,7 @@ bool TcpSendPath::idle() const
     if (ctl_off_ != ctl_len_) return false;
     for (const Stream &s : streams_) {
         Cursor c = s.cur;
-        if (seek(s.index, &c)) return false;
+        if (s.tail.active || seek(s.index, &c)) return false;
     }
     return true;
 }
@@ -153,16 +168,46 @@ uint64_t TcpSendPath::oldest_referenced() const
 {
     uint64_t oldest = ~0ull;
     for (const Stream &s : streams_) {
+        if (s.tail.active) oldest = std::min(oldest, s.tail.seq);
         Cursor c = s.cur;
-        if (seek(s.index, &c)) oldest = std::min(oldest, c.seq);
+        if (seek(s.index, &c)) oldest = std::min(oldest, fifo_[c.idx % kFifo].m.seq);
     }
     return oldest;
 }
 
+bool TcpSendPath::can_post() const
+{
+    uint64_t lowest = end_idx_;
+    for (const Stream &s : streams_) {
+        Cursor c = s.cur;
+        lowest = std::min(lowest, seek(s.index, &c) ? c.idx : end_idx_);
+    }
+    return end_idx_ - lowest < kFifo;
+}
+
+uint64_t TcpSendPath::backlog() const
+{
+    // Payload of the chunks no stream has started, over the pieces some stream still sends:
+    // few, as the core posts pieces only while this stays small.
+    uint64_t lowest = end_idx_;
+    for (const Stream &s : streams_) {
+        Cursor c = s.cur;
+        if (seek(s.index, &c)) lowest = std::min(lowest, c.idx);
+    }
+    uint64_t bytes = 0;
+    for (uint64_t i = lowest; i < end_idx_; ++i) bytes += fifo_[i % kFifo].m.length;
+    return bytes;
+}
+
 void TcpSendPath::skip_to(uint64_t seq)
 {
-    for (Stream &s : streams_)
-        if (s.cur.written == 0 && s.cur.seq < seq) s.cur = Cursor{std::min(seq, end_seq_), 0, false, 0};
+    for (Stream &s : streams_) {
+        if (s.cur.written != 0) continue;
+        while (s.cur.idx < end_idx_ && fifo_[s.cur.idx % kFifo].m.seq < seq) {
+            ++s.cur.idx;
+            s.cur.chunk_set = false;
+        }
+    }
 }
 
 void TcpSendPath::probe()
@@ -187,27 +232,27 @@ void TcpSendPath::sabotage()
 
 void TcpSendPath::post(const OutMessage &m)
 {
-    Msg &d = ring_[m.seq % kMaxInflight];
+    Msg &d = fifo_[end_idx_ % kFifo];
     d.m = m;
-    d.nchunks = m.size == 0 ? 1 : (m.size + chunk_ - 1) / chunk_;
+    d.nchunks = m.length == 0 ? 1 : (m.length + chunk_ - 1) / chunk_;
     d.first_stream = next_first_;
-    // Continue the deal where this message stops, so small messages spread over streams.
+    // Continue the deal where this piece stops, so small messages spread over streams.
     next_first_ = static_cast<uint32_t>((next_first_ + d.nchunks) % streams_.size());
-    end_seq_ = m.seq + 1;
+    ++end_idx_;
 }
 
 bool TcpSendPath::seek(uint32_t stream, Cursor *c) const
 {
     const uint64_t n = streams_.size();
-    while (c->seq < end_seq_) {
-        const Msg &d = ring_[c->seq % kMaxInflight];
+    while (c->idx < end_idx_) {
+        const Msg &d = fifo_[c->idx % kFifo];
         if (!c->chunk_set) {
             c->chunk = (stream + n - d.first_stream) % n;
             c->chunk_set = true;
             c->written = 0;
         }
         if (c->chunk < d.nchunks) return true;
-        ++c->seq;
+        ++c->idx;
         c->chunk_set = false;
     }
     return false;
@@ -215,23 +260,52 @@ bool TcpSendPath::seek(uint32_t stream, Cursor *c) const
 
 void TcpSendPath::frame(const Cursor &c, FrameHeader *h, const uint8_t **payload) const
 {
-    const Msg &d = ring_[c.seq % kMaxInflight];
+    const Msg &d = fifo_[c.idx % kFifo];
+    const uint64_t at = c.chunk * chunk_; // within the piece
     h->kind = FrameHeader::kData;
     h->entry = static_cast<uint8_t>(d.m.entry);
     h->gen = gen_;
     h->seq = d.m.seq;
     h->size = static_cast<uint32_t>(d.m.size);
-    h->offset = static_cast<uint32_t>(c.chunk * chunk_);
-    h->len = static_cast<uint32_t>(std::min<uint64_t>(chunk_, d.m.size - h->offset));
+    h->offset = static_cast<uint32_t>(d.m.offset + at);
+    h->len = static_cast<uint32_t>(std::min<uint64_t>(chunk_, d.m.length - at));
     h->tag = d.m.tag;
     *payload = d.m.data + h->offset;
 }
 
-int TcpSendPath::pump(Stream &s, PathStatus *st)
+int TcpSendPath::pump_tail(Stream &s, PathStatus *st)
 {
-    const uint32_t nstreams = static_cast<uint32_t>(streams_.size());
-    // Control frames go out between data frames of stream 0, before the next one.
-    while (s.index == 0 && s.cur.written == 0 && ctl_off_ < ctl_len_) {
+    Tail &t = s.tail;
+    while (t.active) {
+        iovec iov[2];
+        int niov = 0;
+        size_t skip = t.written;
+        if (skip < FrameHeader::kSize) {
+            iov[niov++] = {t.hdr.data() + skip, FrameHeader::kSize - skip};
+            skip = 0;
+        } else {
+            skip -= FrameHeader::kSize;
+        }
+        if (t.len > skip) iov[niov++] = {const_cast<uint8_t *>(t.payload) + skip, t.len - skip};
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = static_cast<size_t>(niov);
+        const ssize_t n = sendmsg(s.fd.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+            if (errno == EINTR) continue;
+            fail(st, -errno, errno_detail("stream send failed", errno));
+            return st->error;
+        }
+        t.written += static_cast<size_t>(n);
+        if (t.written == FrameHeader::kSize + t.len) t.active = false;
+    }
+    return 0;
+}
+
+int TcpSendPath::pump_control(Stream &s, PathStatus *st)
+{
+    while (s.index == 0 && !s.tail.active && s.cur.written == 0 && ctl_off_ < ctl_len_) {
         ssize_t n = send(s.fd.get(), ctl_.data() + ctl_off_, ctl_len_ - ctl_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             ctl_off_ += static_cast<size_t>(n);
@@ -243,7 +317,18 @@ int TcpSendPath::pump(Stream &s, PathStatus *st)
             return st->error;
         }
     }
+    return 0;
+}
+
+int TcpSendPath::pump(Stream &s, PathStatus *st)
+{
+    const uint32_t nstreams = static_cast<uint32_t>(streams_.size());
+    if (int e = pump_tail(s, st)) return e;
+    if (s.tail.active) return 0; // socket full
     for (;;) {
+        // Control frames go out between data frames of stream 0, before the next one.
+        if (int e = pump_control(s, st)) return e;
+        if (s.index == 0 && ctl_off_ < ctl_len_ && s.cur.written == 0) return 0; // socket full
         if (!seek(s.index, &s.cur)) return 0;
         // Gather the current frame (from where it stopped) and following small frames.
         iovec iov[kMaxIov];

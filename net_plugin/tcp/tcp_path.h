@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The TCP fabric's path: N streams (TCP connections) between two devices. Messages are cut
-// into chunks of VIGIL_CHUNK_BYTES, dealt round-robin over the streams, each chunk behind a
-// FrameHeader; the receiver writes each chunk straight into the posted buffer. Stream 0 also
+// The TCP fabric's path: N streams (TCP connections) between two devices. Posted messages (or
+// pieces of them, when the core stripes one message over several paths) are cut into chunks of
+// VIGIL_CHUNK_BYTES, dealt round-robin over the streams, each chunk behind a FrameHeader; the
+// receiver writes each chunk straight into the posted buffer. Stream 0 also
 // carries the control frames (probe, generation notice, goodbye) one way and the back channel
 // (acks, CTS groups, failover requests, goodbye) the other.
 //
@@ -26,7 +27,10 @@
 namespace vigil::net::tcp {
 
 /// Sending half. Not thread-safe: used under the owning SendComm's lock.
-/// Memory: one ring of kMaxInflight message descriptors; no allocation after construction.
+/// Memory: one FIFO of kFifo posted pieces; no allocation after construction.
+/// Stripes (SendPath::stripes): takes pieces of messages, and begin() while frames of the old
+/// generation are still being written (each stream finishes the frame it is in the middle of,
+/// so the stream stays a sequence of whole frames, and drops the rest of the old generation).
 class TcpSendPath final : public SendPath
 {
 public:
@@ -45,28 +49,48 @@ public:
     void sabotage() override;
     uint64_t oldest_referenced() const override;
     void skip_to(uint64_t seq) override;
+    bool stripes() const override { return true; }
+    bool can_post() const override;
+    uint64_t backlog() const override;
     PathStatus progress(SendSink &sink) override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
 
+    /// Pieces posted and not yet passed by every stream: every message of a connection in
+    /// flight once (kMaxInflight), and as many again for pieces (the core posts pieces only
+    /// while can_post()).
+    static constexpr uint64_t kFifo = 2 * kMaxInflight;
+
 private:
+    /// One posted piece: bytes [m.offset, m.offset + m.length) of message m.seq.
     struct Msg {
         OutMessage m;
         uint32_t first_stream = 0;
         uint64_t nchunks = 0;
     };
-    /// A stream's position: the chunk of which message it sends next, and how much of that
-    /// frame (header + payload) is already written.
+    /// A stream's position: the chunk of which posted piece (FIFO index) it sends next, and
+    /// how much of that frame (header + payload) is already written.
     struct Cursor {
-        uint64_t seq = 0;
+        uint64_t idx = 0;
         uint64_t chunk = 0;
         bool chunk_set = false;
         size_t written = 0;
+    };
+    /// The frame a stream was in the middle of when begin() dropped the old generation: its
+    /// rest goes out first.
+    struct Tail {
+        std::array<uint8_t, FrameHeader::kSize> hdr{};
+        const uint8_t *payload = nullptr;
+        size_t len = 0;     // payload bytes
+        size_t written = 0; // of header + payload
+        uint64_t seq = 0;
+        bool active = false;
     };
     struct Stream {
         UniqueFd fd;
         uint32_t index = 0;
         Cursor cur;
+        Tail tail;
     };
 
     /// Moves `c` to the stream's next frame at or after it; false when none is posted.
@@ -74,6 +98,11 @@ private:
     void frame(const Cursor &c, FrameHeader *h, const uint8_t **payload) const;
     /// Queues a control frame on stream 0 (written before the next data frame there).
     void control(FrameHeader::Kind kind, uint64_t seq, uint8_t entry, uint64_t path = 0);
+    /// Writes the rest of `s`'s tail frame; 0 when done or the socket is full (tail still
+    /// active), else the error (in *st).
+    int pump_tail(Stream &s, PathStatus *st);
+    /// Writes queued control frames on stream 0 at a frame boundary; as pump_tail().
+    int pump_control(Stream &s, PathStatus *st);
     int pump(Stream &s, PathStatus *st);
     void read_back(SendSink &sink, PathStatus *st);
     /// One whole back-channel message (`h` decoded, `msg` its bytes from the header on).
@@ -83,8 +112,8 @@ private:
     ssize_t recv_back(uint8_t *to, size_t n);
 
     std::vector<Stream> streams_;
-    std::array<Msg, kMaxInflight> ring_;
-    uint64_t end_seq_ = 0; // next seq to be posted
+    std::array<Msg, kFifo> fifo_;
+    uint64_t end_idx_ = 0; // FIFO index of the next post
     uint32_t next_first_ = 0;
     PathIdentity id_;
     uint32_t gen_ = 1;

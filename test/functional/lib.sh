@@ -6,7 +6,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NETLAB_SH="$HERE/../../scripts/netlab.sh"
 TMP=$(mktemp -d /tmp/vigil-ft.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+trap '[[ -n ${KEEP_TMP:-} ]] || rm -rf "$TMP"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 

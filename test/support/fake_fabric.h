@@ -119,6 +119,7 @@ struct Lane {
     std::vector<Begin> begins;
     SeqGens posted;            // (seq, gen)
     std::vector<vn::OutMessage> messages; // every post() as given
+    bool stripes = false;      // SendPath::stripes(): takes pieces (written as given, not dense)
     uint64_t chunk = 0;        // > 0: frames of at most this many bytes
     // Custom cut: frames of message m and the stream each goes to (default: `chunk`, all on
     // stream 0).
@@ -305,8 +306,26 @@ public:
         f.path = abandoned_id;
         write(0, std::move(f));
     }
+    bool stripes() const override { return l_.stripes; }
+    uint64_t backlog() const override
+    {
+        uint64_t n = 0;
+        for (const auto &e : l_.outbox) n += e.second.bytes.size();
+        return n;
+    }
     void post(const vn::OutMessage &m) override
     {
+        if (l_.stripes) { // a piece: [offset, offset + length), in frames of `chunk`
+            l_.posted.emplace_back(m.seq, l_.gen);
+            l_.messages.push_back(m);
+            const uint64_t chunk = l_.chunk == 0 ? std::max<uint64_t>(m.length, 1) : l_.chunk;
+            uint64_t off = 0;
+            do {
+                write(0, chunk_of(m, m.offset + off, std::min(chunk, m.length - off), l_.gen));
+                off += chunk;
+            } while (off < m.length);
+            return;
+        }
         // Dense, except that a replay over RDMA skips messages already seen held.
         if (m.seq != l_.expect_seq && !(l_.rdma && m.seq > l_.expect_seq)) ++l_.non_dense_posts;
         l_.expect_seq = m.seq + 1;

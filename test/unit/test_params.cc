@@ -95,22 +95,24 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
 {
     const auto specs = vigil::param_specs();
     // One row per params.def line, in order (update when a variable is added).
-    REQUIRE(specs.size() == 48);
+    REQUIRE(specs.size() == 50);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[3].name == "VIGIL_SOCKET_NTHREADS");
     CHECK(specs[10].name == "VIGIL_ABORT_ON_ERROR");
     CHECK(specs[11].name == "VIGIL_BACKUP");
     CHECK(specs[16].name == "VIGIL_FAILBACK_HOLD_MS");
-    CHECK(specs[17].name == "VIGIL_TELEMETRY");
-    CHECK(specs[20].name == "VIGIL_DEGRADE_WINDOWS");
-    CHECK(specs[23].name == "VIGIL_PROFILE_EVENTS");
-    CHECK(specs[28].name == "VIGIL_PROFILE_KERNEL_TIMEOUT_MS");
-    CHECK(specs[29].name == "VIGIL_PROFILE_THREADS");
-    CHECK(specs[30].name == "VIGIL_TUNER_BLOCK");
-    CHECK(specs[37].name == "VIGIL_FABRIC");
-    CHECK(specs[38].name == "VIGIL_IB_HCA");
-    CHECK(specs[47].name == "VIGIL_IB_SL");
+    CHECK(specs[17].name == "VIGIL_MULTIPATH");
+    CHECK(specs[18].name == "VIGIL_MULTIPATH_PIECE_BYTES");
+    CHECK(specs[19].name == "VIGIL_TELEMETRY");
+    CHECK(specs[22].name == "VIGIL_DEGRADE_WINDOWS");
+    CHECK(specs[25].name == "VIGIL_PROFILE_EVENTS");
+    CHECK(specs[30].name == "VIGIL_PROFILE_KERNEL_TIMEOUT_MS");
+    CHECK(specs[31].name == "VIGIL_PROFILE_THREADS");
+    CHECK(specs[32].name == "VIGIL_TUNER_BLOCK");
+    CHECK(specs[39].name == "VIGIL_FABRIC");
+    CHECK(specs[40].name == "VIGIL_IB_HCA");
+    CHECK(specs[49].name == "VIGIL_IB_SL");
     const vigil::Params defaults;
     for (const ParamSpec &s : specs) {
         INFO(s.name);

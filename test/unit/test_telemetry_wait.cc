@@ -155,6 +155,7 @@ vn::OutMessage message(uint64_t seq, const uint8_t *data, size_t size)
     m.tag = 1;
     m.data = data;
     m.size = size;
+    m.length = size; // the whole message
     m.dest.size = size;
     return m;
 }

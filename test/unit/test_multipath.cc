@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// Multipath (send_comm.h): a connection stripes its messages, piece by piece, over the active
+// path and a shared one, each taking the next piece while its own queue is short, over the
+// in-process fake fabric of fake_fabric.h. A "stuck" lane is a slow port: what is written
+// waits in its outbox, so its queue grows and the other path takes the pieces. Every test
+// checks exact delivery (Traffic compares every byte), that no buffer is written after
+// test() reported it done, and that failures of either path under striping lose nothing.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "fake_fabric.h"
+#include "traffic.h"
+
+namespace vn = vigil::net;
+namespace tp = vigil::test::fake;
+using vn::kBackup;
+using vn::kPrimary;
+using vn::Placement;
+
+namespace {
+
+using tp::kMs;
+using tp::Net;
+using vigil::test::Traffic;
+
+constexpr uint64_t kPiece = 1000;
+
+vn::FailoverConfig config(bool multipath = true)
+{
+    vn::FailoverConfig c;
+    c.fatal_timeout_ns = 5000 * kMs;
+    c.stall_timeout_ns = 5000 * kMs;
+    c.probe_interval_ns = 1000 * kMs;
+    c.multipath = multipath;
+    c.piece_bytes = kPiece;
+    return c;
+}
+
+// Both lanes stripe, in frames of one piece; the backup becomes shared on the next progress.
+void striping(Net &n)
+{
+    for (int i : {kPrimary, kBackup}) {
+        n.lane[static_cast<size_t>(i)].stripes = true;
+        n.lane[static_cast<size_t>(i)].chunk = kPiece;
+    }
+    n.send->on_ready();
+}
+
+// Bytes of the pieces posted on `l` in generation `gen` (0: any).
+uint64_t piece_bytes(const tp::Lane &l, uint32_t gen = 0)
+{
+    uint64_t b = 0;
+    for (size_t k = 0; k < l.messages.size(); ++k)
+        if (gen == 0 || l.posted[k].second == gen) b += l.messages[k].length;
+    return b;
+}
+
+} // namespace
+
+TEST_CASE("multipath: a slow path's queue stays short and the other path takes the rest",
+          "[multipath]")
+{
+    Net n(config());
+    striping(n);
+    Traffic t(*n.send, *n.recv);
+    n.primary().stuck = true; // a slow port: its frames wait
+    t.recv({10000}, {1}, {0});
+    t.send(10000, 1);
+    t.poll();
+    // The active path took pieces until two waited on it; the rest went to the shared one.
+    CHECK(piece_bytes(n.primary()) == 2 * kPiece);
+    CHECK(piece_bytes(n.backup()) == 8 * kPiece);
+    CHECK(n.send->stats().pieces == 8);
+    CHECK_FALSE(t.recv_done(0)); // two pieces still wait on the slow port
+    n.primary().stuck = false;
+    t.run();
+    CHECK(n.primary().bytes_written == 2 * kPiece);
+    CHECK(n.backup().bytes_written == 8 * kPiece);
+    CHECK(n.primary().count(Placement::kDiscard) == 0);
+    CHECK(n.backup().count(Placement::kDiscard) == 0);
+    const auto st = n.send->stats();
+    CHECK(st.generation == 1);
+    CHECK(st.failovers == 0);
+    t.check_spent();
+}
+
+TEST_CASE("multipath: with both paths fast, a message that fits one piece takes the active "
+          "path",
+          "[multipath]")
+{
+    Net n(config());
+    striping(n);
+    Traffic t(*n.send, *n.recv);
+    for (int k = 0; k < 20; ++k) {
+        t.recv({8}, {1}, {k});
+        t.send(8, 1);
+    }
+    t.run();
+    CHECK(n.primary().posted.size() == 20);
+    CHECK(n.backup().posted.empty());
+    CHECK(n.send->stats().pieces == 0);
+}
+
+TEST_CASE("multipath: the shared path fails mid-message: a new generation on the active path "
+          "replays what was not acknowledged, exactly once",
+          "[multipath][failover]")
+{
+    Net n(config());
+    striping(n);
+    Traffic t(*n.send, *n.recv);
+    n.primary().stuck = true;
+    t.recv({10000}, {1}, {0});
+    t.recv({3000}, {2}, {1});
+    t.send(10000, 1);
+    t.send(3000, 2);
+    t.poll();
+    REQUIRE(piece_bytes(n.backup()) > 0);
+    n.recv->on_ready(); // some of the backup's pieces land
+
+    SECTION("the link breaks: both ends see it")
+    {
+        n.backup().break_link();
+        t.poll();
+    }
+    SECTION("the sender's port fails (fail_path)")
+    {
+        n.send->fail_path(kBackup, "injected port failure", true);
+    }
+    const auto st = n.send->stats();
+    CHECK(st.failovers == 1);
+    CHECK(st.generation == 2);
+    CHECK(n.send->active_dev() == 10);
+    REQUIRE_FALSE(n.primary().begins.empty());
+    CHECK(n.primary().begins.back().gen == 2);
+    CHECK(n.primary().begins.back().abandoned == kBackup);
+    n.primary().stuck = false;
+    t.run();
+    CHECK(n.recv->generation() == 2);
+    // Generation 2 is the primary's alone, and carries both messages whole.
+    CHECK(piece_bytes(n.primary(), 2) == 13000);
+    t.check_spent();
+
+    // The connection goes on over the primary.
+    t.recv({100}, {4}, {2});
+    t.send(77, 4);
+    t.run();
+}
+
+TEST_CASE("multipath: the active path fails mid-message: the shared path becomes active and "
+          "replays",
+          "[multipath][failover]")
+{
+    Net n(config());
+    striping(n);
+    Traffic t(*n.send, *n.recv);
+    n.primary().stuck = true;
+    t.recv({10000}, {1}, {0});
+    t.send(10000, 1);
+    t.poll();
+    n.primary().break_link();
+    t.poll();
+    const auto st = n.send->stats();
+    CHECK(st.failovers == 1);
+    CHECK(st.generation == 2);
+    CHECK(n.send->active_dev() == 11);
+    REQUIRE_FALSE(n.backup().begins.empty());
+    CHECK(n.backup().begins.back().gen == 2);
+    CHECK(n.backup().begins.back().abandoned == kPrimary);
+    t.run();
+    CHECK(piece_bytes(n.backup(), 2) == 10000);
+    CHECK(n.recv->generation() == 2);
+    t.check_spent();
+}
+
+TEST_CASE("multipath: off, or a fabric that does not stripe, keeps the backup a standby",
+          "[multipath]")
+{
+    const bool multipath = GENERATE(false, true);
+    Net n(config(multipath));
+    if (!multipath) striping(n);   // lanes stripe, the connection does not
+    else n.send->on_ready();       // multipath on, lanes that do not stripe
+    Traffic t(*n.send, *n.recv);
+    n.primary().stuck = true;
+    t.recv({10000}, {1}, {0});
+    t.send(10000, 1);
+    t.poll();
+    n.primary().stuck = false;
+    t.run();
+    CHECK(n.backup().posted.empty());
+    CHECK(n.primary().posted.size() == 1);
+    CHECK(n.send->stats().pieces == 0);
+    n.check_posting();
+}
