@@ -36,6 +36,24 @@ source scripts/bench_lib.sh
 rate_mbit=${RATE%mbit}
 [[ $rate_mbit =~ ^[0-9]+$ ]] || { echo "RATE must be in mbit (e.g. 400mbit)" >&2; exit 2; }
 size=$((4 << 20))
+
+# lat MULTIPATH -> 8-byte ping-pong p50 (us) over one connection, ports unshaped: what
+# multipath costs a healthy connection's small messages (they stay on the active path).
+lat() {
+    local rdv="unix:$tmp/rdv.$RANDOM.sock"
+    VIGIL_MULTIPATH=$1 scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 \
+        --rendezvous "$rdv" --workload latency --bytes 8 --iters 20000 --timeout 60 >/dev/null 2>>"$tmp/vigil.log" &
+    local rpid=$!
+    VIGIL_MULTIPATH=$1 scripts/netlab.sh exec 0 -- "$bin" --plugin "$plugin" --rank 0 --nranks 2 \
+        --rendezvous "$rdv" --workload latency --bytes 8 --iters 20000 --timeout 60 >"$tmp/l.json" 2>>"$tmp/vigil.log"
+    wait "$rpid"
+    jget "$tmp/l.json" lat_p50_us
+}
+lon=() loff=()
+for ((r = 0; r < 3; ++r)); do lon+=("$(lat 1)"); loff+=("$(lat 0)"); done
+python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(f'# healthy, unshaped: 8 B ping-pong p50 {a:.1f} us with multipath, {b:.1f} us without (ratio {a/b:.3f}, median of 3 alternating)')" \
+    "$(median "${lon[@]}")" "$(median "${loff[@]}")"
+
 for h in 0 1; do for p in 0 1; do scripts/netlab.sh degrade "$h" "$p" "$RATE"; done; done
 
 # point MULTIPATH N PCT -> Mbit/s of one run (PCT: host 1 port 0 at PCT % of RATE)
