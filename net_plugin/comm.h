@@ -55,7 +55,7 @@ struct FailoverConfig {
     uint64_t rebuild_backoff_min_ns = 50'000'000ull;   ///< first retry delay of a rebuild
     uint64_t rebuild_backoff_max_ns = 1'000'000'000ull; ///< retry delay cap (no attempt limit)
     bool multipath = false;          ///< stripe over every live path whose fabric stripes
-    uint64_t piece_bytes = 512 * 1024; ///< with multipath: bytes posted to one path at a time
+    uint64_t piece_bytes = 256 * 1024; ///< with multipath: bytes posted to one path at a time
 };
 
 /// Telemetry tuning: windows of window_ns per path in the process's registry (0: meters off).

@@ -249,8 +249,13 @@ public:
     /// With stripes(): whether another piece may be posted now (the path's queue has room).
     virtual bool can_post() const { return true; }
     /// With stripes(): payload bytes posted and not yet handed to the network (TCP: not yet
-    /// written into a socket), the queue that grows on a path slower than its share.
+    /// written into a socket), the queue that grows on a path slower than its share. Cheap
+    /// (no system call).
     virtual uint64_t backlog() const { return 0; }
+    /// With stripes(): bytes handed to the network and not yet sent on the wire (TCP: unsent
+    /// bytes in the sockets' buffers, SIOCOUTQNSD), which a slow port holds by the megabyte.
+    /// A system call per stream: asked only when a decision moves a whole piece.
+    virtual uint64_t unsent() const { return 0; }
     /// Moves bytes without blocking, reporting acks and CTS groups into `sink`.
     virtual PathStatus progress(SendSink &sink) = 0;
     /// The progress engine is about to progress this path: take the readiness notifications it

@@ -111,10 +111,12 @@ bool SendComm::striping() const noexcept
     return true;
 }
 
-bool SendComm::has_room_locked(int i) const noexcept
+bool SendComm::has_room_locked(int i, bool sockets) const noexcept
 {
     const SendPath &p = *paths_[i].path;
-    return p.can_post() && p.backlog() < 2 * cfg_.piece_bytes;
+    if (!p.can_post()) return false;
+    const uint64_t queued = p.backlog();
+    return queued < 2 * cfg_.piece_bytes && (!sockets || queued + p.unsent() < 2 * cfg_.piece_bytes);
 }
 
 unsigned SendComm::distribute_locked() noexcept
@@ -140,11 +142,14 @@ unsigned SendComm::distribute_locked() noexcept
         if (shared >= 0) {
             // Pieces, each to the first carrying path whose queue has room: the active path
             // first, so a message that fits one piece takes the path a standby set-up would.
-            if (!has_room_locked(active_)) {
-                if (!has_room_locked(shared)) break;
+            // A whole piece also counts the sockets' unsent bytes: without them a slow port's
+            // socket buffer holds megabytes that drain after the fast path finished its share.
+            len = std::min<size_t>(len, cfg_.piece_bytes);
+            const bool whole = len == cfg_.piece_bytes;
+            if (!has_room_locked(active_, whole)) {
+                if (!has_room_locked(shared, whole)) break;
                 to = shared;
             }
-            len = std::min<size_t>(len, cfg_.piece_bytes);
         }
         post_locked(to, assign_seq_, assign_off_, len);
         posted |= 1u << to;

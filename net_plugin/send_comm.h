@@ -195,8 +195,10 @@ private:
     /// path, or pieces over the carrying paths with room (multipath). Returns a bit per slot
     /// posted to. Nothing while no path is active or failback drains.
     unsigned distribute_locked() noexcept;
-    /// Whether slot `i` takes another piece now.
-    bool has_room_locked(int i) const noexcept;
+    /// Whether slot `i` takes another piece now: fewer than two pieces wait in its queue and,
+    /// with `sockets` (the piece is a whole piece_bytes, so the kernel's buffers are worth a
+    /// system call), in its sockets' unsent bytes too.
+    bool has_room_locked(int i, bool sockets) const noexcept;
     /// Messages neither acknowledged nor seen held, and their bytes: what a switch replays
     /// and what a path left behind had in flight.
     struct Outstanding {

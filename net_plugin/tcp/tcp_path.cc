@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -196,6 +198,16 @@ uint64_t TcpSendPath::backlog() const
     }
     uint64_t bytes = 0;
     for (uint64_t i = lowest; i < end_idx_; ++i) bytes += fifo_[i % kFifo].m.length;
+    return bytes;
+}
+
+uint64_t TcpSendPath::unsent() const
+{
+    uint64_t bytes = 0;
+    for (const Stream &s : streams_) {
+        int n = 0;
+        if (ioctl(s.fd.get(), SIOCOUTQNSD, &n) == 0 && n > 0) bytes += static_cast<uint64_t>(n);
+    }
     return bytes;
 }
 

@@ -52,6 +52,7 @@ public:
     bool stripes() const override { return true; }
     bool can_post() const override;
     uint64_t backlog() const override;
+    uint64_t unsent() const override;
     PathStatus progress(SendSink &sink) override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
