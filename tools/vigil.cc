@@ -172,6 +172,7 @@ int dump(int windows, double follow_s)
 struct Recent {
     double bw = 0;      // busy-time bandwidth, bytes/s
     double rate = 0;    // bytes/s over the span
+    uint64_t bytes = 0; // over the span
     uint64_t p99 = 0;
     uint64_t inflight = 0;
 };
@@ -191,9 +192,33 @@ Recent recent(const PathEntry &e, uint64_t span_ns)
         r.p99 = std::max(r.p99, w.lat_p99_ns);
         r.inflight = std::max(r.inflight, w.peak_inflight_bytes);
     }
+    r.bytes = bytes;
     if (busy) r.bw = static_cast<double>(bytes) * 1e9 / static_cast<double>(busy);
     if (last > first) r.rate = static_cast<double>(bytes) * 1e9 / static_cast<double>(last - first);
     return r;
+}
+
+/// Each in-use path's share of its connection's bytes (same process, connection and
+/// direction) over the recent span: with multipath both paths carry, each its share; a hot
+/// standby carries 0. -1 where the connection moved nothing in the span.
+std::vector<double> shares(const RegistryView &v, uint64_t span_ns)
+{
+    std::vector<double> out(v.entries(), -1);
+    std::map<std::pair<uint64_t, uint8_t>, uint64_t> total; // (conn, kind) -> bytes
+    std::vector<uint64_t> bytes(v.entries(), 0);
+    for (uint32_t i = 0; i < v.entries(); ++i) {
+        const PathEntry &e = v.entry(i);
+        if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+        bytes[i] = recent(e, span_ns).bytes;
+        total[{e.conn_id, e.kind}] += bytes[i];
+    }
+    for (uint32_t i = 0; i < v.entries(); ++i) {
+        const PathEntry &e = v.entry(i);
+        if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+        const uint64_t t = total[{e.conn_id, e.kind}];
+        if (t > 0) out[i] = static_cast<double>(bytes[i]) / static_cast<double>(t);
+    }
+    return out;
 }
 
 int top(bool once, double interval)
@@ -202,18 +227,21 @@ int top(bool once, double interval)
     for (;;) {
         auto procs = open_all();
         if (!once) std::printf("\033[H\033[2J");
-        std::printf("%-7s %-4s %-7s %-6s %-22s %-22s %-7s %3s %10s %10s %9s %4s\n", "pid", "kind", "slot",
-                    "dev", "local", "peer", "state", "gen", "MB/s", "busyMB/s", "p99_us", "degr");
+        std::printf("%-7s %-4s %-7s %-6s %-22s %-22s %-7s %3s %10s %10s %5s %9s %4s\n", "pid", "kind", "slot",
+                    "dev", "local", "peer", "state", "gen", "MB/s", "busyMB/s", "share", "p99_us", "degr");
         for (Process &p : procs) {
             const RegistryHeader &h = p.view->header();
+            const std::vector<double> sh = shares(*p.view, static_cast<uint64_t>(interval * 1e9));
             for (uint32_t i = 0; i < p.view->entries(); ++i) {
                 const PathEntry &e = p.view->entry(i);
                 if (e.in_use.load(std::memory_order_acquire) == 0) continue;
                 const Recent r = recent(e, static_cast<uint64_t>(interval * 1e9));
-                std::printf("%-7d %-4s %-7s %-6.6s %-22.22s %-22.22s %-7s %3u %10.1f %10.1f %9.1f %4s\n", h.pid,
+                char share[16] = "-";
+                if (i < sh.size() && sh[i] >= 0) std::snprintf(share, sizeof(share), "%.2f", sh[i]);
+                std::printf("%-7d %-4s %-7s %-6.6s %-22.22s %-22.22s %-7s %3u %10.1f %10.1f %5s %9.1f %4s\n", h.pid,
                             e.kind == 0 ? "send" : "recv", e.slot == 0 ? "primary" : "backup", e.dev_name,
                             e.local, e.peer, state_name(e.state.load()), e.generation.load(), r.rate / 1e6,
-                            r.bw / 1e6, static_cast<double>(r.p99) / 1e3, e.degraded.load() ? "YES" : "-");
+                            r.bw / 1e6, share, static_cast<double>(r.p99) / 1e3, e.degraded.load() ? "YES" : "-");
             }
         }
         // Ports' hardware counters, as rates over the interval: a lossy link shows here first.
@@ -285,6 +313,7 @@ std::string metrics(bool extra)
         {"vigil_path_state", "gauge", "1 active, 2 standby, 3 dead."},
         {"vigil_path_degraded", "gauge", "1 while the degraded-path detector flags the path."},
         {"vigil_path_busy_bandwidth_bytes", "gauge", "Bandwidth over busy time in the last second, bytes/s."},
+        {"vigil_path_share", "gauge", "Fraction of its connection's bytes (same direction) on this path in the last second; 0 for a hot standby."},
         {"vigil_registry_windows_dropped_total", "counter", "Windows dropped because the ring's consumer fell behind."},
         {"vigil_port_retransmits_total", "counter", "The port's requests sent again (its hardware counters)."},
         {"vigil_port_seq_errors_total", "counter", "Sequence-error NAKs the port received."},
@@ -299,6 +328,7 @@ std::string metrics(bool extra)
     std::map<std::string, std::string> body;
     for (Process &p : open_all()) {
         const RegistryHeader &h = p.view->header();
+        const std::vector<double> sh = shares(*p.view, 1'000'000'000ull);
         for (uint32_t i = 0; i < p.view->entries(); ++i) {
             const PathEntry &e = p.view->entry(i);
             if (e.in_use.load(std::memory_order_acquire) == 0) continue;
@@ -314,6 +344,7 @@ std::string metrics(bool extra)
             put("vigil_path_state", e.state.load());
             put("vigil_path_degraded", e.degraded.load());
             put("vigil_path_busy_bandwidth_bytes", r.bw);
+            put("vigil_path_share", i < sh.size() ? std::max(0.0, sh[i]) : 0.0);
             put("vigil_registry_windows_dropped_total", static_cast<double>(e.ring.dropped.load()));
             if (extra) {
                 put("vigil_path_latency_p99_seconds", static_cast<double>(r.p99) / 1e9);

@@ -21,6 +21,7 @@ int Agreement::publish(Store &store, const MemberRecord &health)
     MemberRecord m = self_;
     m.n_nics = std::min<uint32_t>(health.n_nics, kMaxNics);
     std::memcpy(m.nics, health.nics, sizeof(m.nics));
+    m.multipath = health.multipath;
     m.progress = progress_.load(std::memory_order_acquire);
     m.seq = ++seq_;
     uint32_t count = 0;

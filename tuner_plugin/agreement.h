@@ -62,7 +62,7 @@ public:
     uint64_t resolved() const noexcept { return resolved_.load(std::memory_order_acquire); }
 
     /// Background thread: one round of store work. `health`: this member's current NICs
-    /// (n_nics, nics); `publish`: publish the record this round (the caller paces it).
+    /// (n_nics, nics) and multipath flag; `publish`: publish the record this round (the caller paces it).
     /// Returns true when it made progress or has more to do at once.
     bool step(Store &store, const MemberRecord &health, bool publish, ResolveSink &sink);
     /// Background thread: publishes this member as done (progress past every block), so

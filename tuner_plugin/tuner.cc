@@ -62,7 +62,9 @@ public:
         telemetry::ProcessHealth ph;
         std::string why;
         rec->n_nics = 0;
+        rec->multipath = false;
         if (telemetry::read_process_health(static_cast<int>(getpid()), &ph, &why) != 0) return;
+        rec->multipath = ph.multipath;
         for (const telemetry::DeviceHealth &d : ph.devices) {
             if (rec->n_nics == kMaxNics) break;
             NicHealth &n = rec->nics[rec->n_nics++];

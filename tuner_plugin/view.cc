@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace vigil::tuner {
@@ -89,10 +90,12 @@ bool decode_view(std::string_view s, View *out)
 std::string encode_member(const MemberRecord &m)
 {
     char buf[256];
-    std::snprintf(buf, sizeof(buf), "m1 %016llx %s %d %d %llu %016llx %llu %u",
+    // m2: m1 and the multipath flag before the NICs.
+    std::snprintf(buf, sizeof(buf), "m2 %016llx %s %d %d %llu %016llx %llu %u %u",
                   static_cast<unsigned long long>(m.id), token(m.host, sizeof(m.host)).c_str(), m.pid, m.env_rank,
                   static_cast<unsigned long long>(m.progress), static_cast<unsigned long long>(m.rules_digest),
-                  static_cast<unsigned long long>(m.seq), std::min<uint32_t>(m.n_nics, kMaxNics));
+                  static_cast<unsigned long long>(m.seq), std::min<uint32_t>(m.n_nics, kMaxNics),
+                  m.multipath ? 1u : 0u);
     std::string out = buf;
     for (uint32_t i = 0; i < m.n_nics && i < kMaxNics; ++i) {
         const NicHealth &n = m.nics[i];
@@ -107,17 +110,21 @@ std::string encode_member(const MemberRecord &m)
 bool decode_member(std::string_view s, MemberRecord *out)
 {
     std::vector<std::string_view> f;
-    if (s.size() > 4096 || !split(s, &f, 9 + kMaxNics) || f.size() < 9 || f[0] != "m1") return false;
+    // m1 (an older member: no multipath flag) or m2.
+    if (s.size() > 4096 || !split(s, &f, 10 + kMaxNics) || f.size() < 9 || (f[0] != "m1" && f[0] != "m2"))
+        return false;
+    const size_t fixed = f[0] == "m2" ? 10 : 9;
     MemberRecord m;
-    uint32_t n = 0;
+    uint32_t n = 0, mp = 0;
     if (!num(f[1], &m.id, 16) || m.id == 0 || !copy_token(f[2], m.host, sizeof(m.host)) || !num(f[3], &m.pid) ||
         !num(f[4], &m.env_rank) || !num(f[5], &m.progress) || !num(f[6], &m.rules_digest, 16) || !num(f[7], &m.seq) ||
-        !num(f[8], &n) || n > kMaxNics || f.size() != 9 + n)
+        !num(f[8], &n) || n > kMaxNics || f.size() != fixed + n || (fixed == 10 && (!num(f[9], &mp) || mp > 1)))
         return false;
     m.n_nics = n;
+    m.multipath = mp == 1;
     std::vector<std::string_view> g;
     for (uint32_t i = 0; i < n; ++i) {
-        std::string_view nic = f[9 + i];
+        std::string_view nic = f[fixed + i];
         g.clear();
         size_t pos = 0;
         while (g.size() < 7) {
@@ -146,8 +153,11 @@ View aggregate(const std::vector<MemberRecord> &members, const View *previous, c
         uint16_t permille = 1000;
     };
     std::map<std::string, std::map<std::string, Nic>> hosts; // sorted: the digest is order-free
+    std::set<std::string> striped;                            // hosts where a member stripes
     for (const MemberRecord &m : members) {
-        auto &nics = hosts[std::string(m.host, strnlen(m.host, sizeof(m.host)))];
+        const std::string host(m.host, strnlen(m.host, sizeof(m.host)));
+        auto &nics = hosts[host];
+        if (m.multipath) striped.insert(host);
         for (uint32_t i = 0; i < m.n_nics && i < kMaxNics; ++i) {
             const NicHealth &h = m.nics[i];
             Nic &n = nics[std::string(h.name, strnlen(h.name, sizeof(h.name)))];
@@ -174,8 +184,14 @@ View aggregate(const std::vector<MemberRecord> &members, const View *previous, c
             }
         }
         uint32_t node = deg_min;
-        if (!nics.empty() && failed > 0)
+        if (striped.count(host) != 0 && !nics.empty()) {
+            // Multipath: every NIC carries what it can, so the node keeps the mean.
+            uint32_t sum = 0;
+            for (const auto &[name, n] : nics) sum += n.state == 2 ? 0u : n.state == 1 ? n.permille : 1000u;
+            node = static_cast<uint32_t>(sum / nics.size());
+        } else if (!nics.empty() && failed > 0) {
             node = std::min<uint32_t>(node, static_cast<uint32_t>(1000 * (nics.size() - failed) / nics.size()));
+        }
         worst = std::min(worst, node);
     }
     v.nodes = static_cast<uint16_t>(std::min<size_t>(hosts.size(), 65535));

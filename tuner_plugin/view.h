@@ -39,6 +39,9 @@ struct MemberRecord {
     uint64_t seq = 0;          ///< publication counter
     uint32_t n_nics = 0;
     NicHealth nics[kMaxNics];
+    /// Its net plugin stripes connections over two NICs (telemetry::ProcessHealth::multipath):
+    /// a degraded NIC then costs its own share, not the pace.
+    bool multipath = false;
 };
 
 /// The agreed health view of one block: what register R[comm][block] holds. Fixed size.
@@ -71,7 +74,9 @@ bool decode_member(std::string_view s, MemberRecord *out);
 /// The view a proposer puts forward from the members' records: per host, a NIC's state is
 /// the worst any member reports and its fraction the smallest; a node's effective fraction
 /// is min(smallest degraded fraction, (NICs - failed NICs) / NICs) (traffic is split evenly
-/// over channels, so the slowest NIC paces a ring; a failed NIC's share moves to the others);
+/// over channels, so the slowest NIC paces a ring; a failed NIC's share moves to the others),
+/// or, where a member of the host stripes (MemberRecord::multipath), the mean of its NICs'
+/// fractions (a failed NIC: 0): the fraction actually achievable after the redistribution;
 /// the view takes the worst node. state: failover if any NIC failed, else degraded if any is
 /// degraded, else healthy. The fraction is rounded down to steps of 50 permille (at least
 /// 50); with `previous`, a fraction one step from the previous view's, in the same state

@@ -22,6 +22,11 @@ double DeviceHealth::fraction() const
 double ProcessHealth::effective_fraction() const
 {
     if (devices.empty()) return 1.0;
+    if (multipath) {
+        double sum = 0;
+        for (const DeviceHealth &d : devices) sum += d.fraction();
+        return sum / static_cast<double>(devices.size());
+    }
     double f = 1.0;
     size_t failed = 0;
     for (const DeviceHealth &d : devices) {
@@ -38,6 +43,7 @@ ProcessHealth read_health(const RegistryView &view)
     out.host.assign(h.host, strnlen(h.host, sizeof(h.host)));
     out.pid = h.pid;
     std::map<uint32_t, DeviceHealth> devs;
+    std::map<uint64_t, int> carrying; // connection -> its send paths that are active
     for (uint32_t i = 0; i < view.entries(); ++i) {
         const PathEntry &e = view.entry(i);
         if (e.in_use.load(std::memory_order_acquire) != 1) continue;
@@ -47,6 +53,7 @@ ProcessHealth read_health(const RegistryView &view)
         ++d.paths;
         d.failovers += e.failovers.load(std::memory_order_relaxed);
         const uint8_t state = e.state.load(std::memory_order_acquire);
+        if (state == kActive && e.kind == 0 && ++carrying[e.conn_id] > 1) out.multipath = true;
         if (state == kDead) {
             d.failed = true;
             continue;

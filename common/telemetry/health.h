@@ -34,10 +34,14 @@ struct ProcessHealth {
     std::string host;
     int pid = 0;
     std::vector<DeviceHealth> devices; ///< sorted by device index
-    /// The process's effective network bandwidth fraction: min(the smallest degraded
-    /// fraction, (devices - failed) / devices); 1 with no devices. Traffic is split evenly
-    /// over channels, so the slowest NIC paces a ring, and a failed NIC's share moves onto
-    /// the others.
+    /// Some connection sends on two live paths at once (multipath: its backup carries a
+    /// share), seen as two send entries of one connection both active.
+    bool multipath = false;
+    /// The process's effective network bandwidth fraction; 1 with no devices. Without
+    /// multipath: min(the smallest degraded fraction, (devices - failed) / devices), as
+    /// traffic is split evenly over channels, so the slowest NIC paces a ring, and a failed
+    /// NIC's share moves onto the others. With multipath each path takes what its port
+    /// drains, so what is left is the mean of the devices' fractions (a failed one: 0).
     double effective_fraction() const;
 };
 

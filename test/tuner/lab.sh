@@ -56,7 +56,10 @@ expect_ok "$out"
 [[ $(json_get "$out" tuner_api) == 7 ]] || fail "expected ncclTunerPlugin_v7 from the net library"
 
 # Every rank logs the same view changes (block and view), in the same order; one of them,
-# after the port was cut, is to a view of at most half the bandwidth.
+# after the port was cut, is to a view of reduced bandwidth. With multipath (the default) the
+# cut port's connections also use their other port, so host 2 keeps about (1 + 1/4) / 2 of
+# its bandwidth and the view says at most 0.65 (0.5 with VIGIL_MULTIPATH=0: the slow port
+# paces the ring).
 changes() { grep -o 'view change at block .*, proposed by' "$1" | sed 's/, proposed by$//'; }
 changes "$out.err.0" >"$TMP/changes.0"
 for r in 1 2 3; do
@@ -64,7 +67,10 @@ for r in 1 2 3; do
     diff "$TMP/changes.0" "$TMP/changes.$r" >&2 || fail "rank $r logged other view changes than rank 0"
 done
 cat "$TMP/changes.0"
-hit=$(grep -E 'block (9|[1-9][0-9]+) .*-> (degraded|failover) 0\.([0-4][0-9]*|500)' "$TMP/changes.0" | head -1)
-[[ -n $hit ]] || fail "no view change to at most half the bandwidth after the port was cut at iteration 8"
+limit=0.65
+[[ ${VIGIL_MULTIPATH:-1} == 0 ]] && limit=0.5
+hit=$(grep -E 'block (9|[1-9][0-9]+) .*-> (degraded|failover) 0\.[0-9]+' "$TMP/changes.0" |
+    awk -v lim="$limit" '{ for (i = 1; i <= NF; ++i) if ($i ~ /^(degraded|failover)$/ && $(i + 1) + 0 <= lim) { print; exit } }')
+[[ -n $hit ]] || fail "no view change to at most $limit of the bandwidth after the port was cut at iteration 8"
 grep -q "path degraded" "$out".err.* || fail "no rank's net plugin judged a path degraded"
 echo "tuner lab: ok (every rank: $hit)"

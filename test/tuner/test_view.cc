@@ -67,6 +67,35 @@ TEST_CASE("view and member encodings round-trip; malformed text is refused", "[v
     CHECK_FALSE(decode_member("m1 1 h 1 1 1 0 1 17", &n));                                    // too many NICs
     CHECK_FALSE(decode_member("m1 1 h 1 1 1 0 1 1 eth0:3:0:0:0:0", &n));                      // bad state
     CHECK_FALSE(decode_member(std::string(5000, 'm'), &n));
+    // The multipath flag (m2) round-trips; an m1 record (an older member) decodes without it.
+    CHECK_FALSE(n.multipath);
+    m.multipath = true;
+    REQUIRE(decode_member(encode_member(m), &n));
+    CHECK(n.multipath);
+    REQUIRE(decode_member("m1 1 h 1 1 1 0 1 1 eth0:1:500:0:0:0", &n));
+    CHECK_FALSE(n.multipath);
+    CHECK(n.nics[0].permille == 500);
+    CHECK_FALSE(decode_member("m2 1 h 1 1 1 0 1 1 2 eth0:1:500:0:0:0", &n)); // flag not 0/1
+    CHECK_FALSE(decode_member("m2 1 h 1 1 1 0 1 1 eth0:1:500:0:0:0", &n));   // flag missing
+}
+
+TEST_CASE("aggregate: a host that stripes keeps the mean of its NICs' fractions", "[view]")
+{
+    // Host a: eth0 degraded to 0.25, eth1 healthy. Without multipath the slow NIC paces the
+    // ring (0.25); with it each NIC carries what it can: (0.25 + 1) / 2, in steps of 50.
+    std::vector<MemberRecord> ms = {member("a", 1, {nic("eth0", 1, 250), nic("eth1", 0, 1000)}),
+                                    member("b", 2, {nic("eth0", 0, 1000), nic("eth1", 0, 1000)})};
+    CHECK(aggregate(ms, nullptr, "x").permille == 250);
+    ms[0].multipath = true;
+    const View v = aggregate(ms, nullptr, "x");
+    CHECK(v.state == 1);
+    CHECK(v.permille == 600);
+    // A failed NIC with multipath: its share is gone, the other carries on (0.5).
+    ms[0].nics[0] = nic("eth0", 2, 0);
+    CHECK(aggregate(ms, nullptr, "x").permille == 500);
+    // Another member of the host that does not report the flag changes nothing.
+    ms.push_back(member("a", 3, {nic("eth0", 2, 0), nic("eth1", 0, 1000)}));
+    CHECK(aggregate(ms, nullptr, "x").permille == 500);
 }
 
 TEST_CASE("aggregate: worst node, NICs counted once per host, failed NIC share", "[view]")
@@ -108,4 +137,61 @@ TEST_CASE("aggregate: worst node, NICs counted once per host, failed NIC share",
     CHECK(h.permille == 1000);
     CHECK(h.digest == 0);
     CHECK(aggregate({}, nullptr, "q").same(h));
+}
+
+#include "agreement.h"
+#include "store.h"
+
+namespace {
+
+// Keeps what a member publishes.
+class RecordingStore final : public Store
+{
+public:
+    std::vector<MemberRecord> published;
+    std::string describe() const override { return "recording"; }
+    int epoch(uint64_t, uint64_t *out) override { *out = 1; return 0; }
+    int publish(uint64_t, uint64_t, const MemberRecord &m, uint32_t *count) override
+    {
+        published.push_back(m);
+        *count = 1;
+        return 0;
+    }
+    int members(uint64_t, uint64_t, std::vector<MemberRecord> *out) override { *out = published; return 0; }
+    int propose(uint64_t, uint64_t, uint64_t, const View &p, uint32_t, View *held, bool *existed) override
+    {
+        *held = p;
+        *existed = false;
+        return 0;
+    }
+    int read(uint64_t, uint64_t, uint64_t, View *, bool *found) override { *found = false; return 0; }
+    int reassert(uint64_t, uint64_t, const std::vector<uint64_t> &, const std::vector<View> &,
+                 uint32_t *conflicts) override
+    {
+        *conflicts = 0;
+        return 0;
+    }
+    void forget(uint64_t) override {}
+};
+
+struct NoSink final : ResolveSink {
+    void resolved(uint64_t, const View &, bool, bool) override {}
+    void store_event(const std::string &, bool) override {}
+};
+
+} // namespace
+
+TEST_CASE("agreement: a member publishes its NICs and whether it stripes", "[view][agree]")
+{
+    MemberRecord self = member("a", 1, {});
+    Agreement a(0x1234, 1, self, 1);
+    RecordingStore store;
+    MemberRecord health = member("a", 1, {nic("eth0", 1, 250), nic("eth1", 0, 1000)});
+    health.multipath = true;
+    NoSink sink;
+    a.step(store, health, true, sink);
+    REQUIRE_FALSE(store.published.empty());
+    CHECK(store.published[0].multipath);
+    CHECK(store.published[0].n_nics == 2);
+    CHECK(store.published[0].nics[0].permille == 250);
 }

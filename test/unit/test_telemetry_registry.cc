@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "telemetry/health.h"
 #include "telemetry/registry.h"
 #include "telemetry/window.h"
 #include "telemetry_support.h"
@@ -505,4 +506,38 @@ TEST_CASE("registry: reap_stale removes segments nobody holds, and only segments
     unlink(stale.c_str());
     unlink(held.c_str());
     unlink(young.c_str());
+}
+
+TEST_CASE("health: two active send paths of one connection mean multipath, and the fraction "
+          "left is the mean of the devices'",
+          "[telemetry][multipath]")
+{
+    vt::Registry &r = registry();
+    const uint64_t conn = next_conn_id();
+    PathEntry *a = r.acquire(0, 0, 0, "eth0", "10.9.0.1:4000", "10.9.0.2:5000", conn);
+    PathEntry *b = r.acquire(0, 1, 1, "eth1", "10.9.1.1:4000", "10.9.1.2:5000", conn);
+    REQUIRE(a != nullptr);
+    REQUIRE(b != nullptr);
+    RegistryView v;
+    std::string why;
+    REQUIRE(v.open(r.path(), &why) == 0);
+    a->state.store(vt::kActive);
+    b->state.store(vt::kStandby); // a hot standby
+    CHECK_FALSE(vt::read_health(v).multipath);
+    b->state.store(vt::kActive); // the backup shares
+    CHECK(vt::read_health(v).multipath);
+    r.release(a);
+    r.release(b);
+
+    vt::ProcessHealth ph;
+    vt::DeviceHealth slow, whole;
+    slow.degraded = true;
+    slow.judged_bps = 25;
+    slow.baseline_bps = 100;
+    ph.devices = {slow, whole};
+    CHECK(ph.effective_fraction() == Approx(0.25)); // the slow NIC paces a ring
+    ph.multipath = true;
+    CHECK(ph.effective_fraction() == Approx(0.625)); // each NIC carries what it can
+    ph.devices[0].failed = true;
+    CHECK(ph.effective_fraction() == Approx(0.5));
 }
