@@ -338,6 +338,11 @@ int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept
     if (PathTelemetry *tm = paths_[slot].tm.get()) {
         const uint64_t now = now_ns();
         tm->meter.on_complete(now, now, len); // receive side: bytes per path, no latency
+        // Multipath: a path that carries pieces beside the active one is active too.
+        if (slot != active_path_ && !paths_[slot].carrying) {
+            paths_[slot].carrying = true;
+            tm->meter.set_state(now, telemetry::kActive, gen_);
+        }
     }
     MsgSlot &s = msgs_[seq % kMaxInflight];
     Request *r = s.req;

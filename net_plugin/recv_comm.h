@@ -110,6 +110,7 @@ private:
         bool live() const { return state == RecvSlotState::kLive; }
         uint64_t last_heard_ns = 0;
         uint64_t last_beat_ns = 0;
+        bool carrying = false; // telemetry: shown active while it lands pieces (multipath)
         std::string desc;
         SlotSink sink;
     };

@@ -37,9 +37,12 @@ void RecvComm::adopt_generation_locked(int slot, uint32_t gen) noexcept
         if (!m.complete) m.got = 0;
     }
     const uint64_t now = now_ns();
-    if (active_path_ != slot) {
-        PathTelemetry *old = paths_[active_path_].tm.get();
-        if (old && paths_[active_path_].live()) old->meter.set_state(now, telemetry::kStandby, gen_);
+    // The other paths show standby until pieces of this generation land on them (multipath).
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &p = paths_[i];
+        if (i != slot && (i == active_path_ || p.carrying) && p.live() && p.tm)
+            p.tm->meter.set_state(now, telemetry::kStandby, gen_);
+        p.carrying = false;
     }
     active_path_ = slot;
     if (PathTelemetry *tm = paths_[slot].tm.get()) tm->meter.set_state(now, telemetry::kActive, gen_);
