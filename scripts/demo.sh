@@ -18,8 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 HOSTS=4
-BYTES=${BYTES:-32M}
-RATE=${RATE:-500mbit}
+BYTES=${BYTES:-16M}
+RATE=${RATE:-300mbit}
 PHASE_ITERS=${PHASE_ITERS:-8}
 
 if [[ -z ${NETLAB:-} ]]; then
