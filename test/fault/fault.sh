@@ -11,6 +11,10 @@
 #   degraded       2x2: a port limited to ~10% with tbf -> the run completes, exact
 #   inject         2x2: VIGIL_INJECT_FAIL breaks host 0's eth0 path after 30 messages, with
 #                  4 channels (connections spread over both ports), exact
+#   striped        2x2, ports at 400 Mbit/s, host 0's port 0 cut to 100: its connection
+#                  stripes over both ports (multipath); that port then fails mid-stream (the
+#                  shared path takes over), heals (failback, and the backup shares again),
+#                  then the shared port fails (a new generation on the primary), exact
 source "$(dirname "$0")/../functional/lib.sh"
 source "$(dirname "$0")/../../scripts/pids.sh"
 need_root_lab
@@ -154,6 +158,26 @@ degraded)
     "$NETLAB_SH" degrade 0 0 1gbit
     tc -n "$NETLAB-h0" qdisc show dev eth0 | grep -q tbf || fail "tbf not installed"
     wait_all_ok
+    ;;
+striped)
+    for h in 0 1; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 400mbit; done; done
+    "$NETLAB_SH" degrade 0 0 100mbit
+    export VIGIL_FAILBACK_HOLD_MS=300
+    start_ranks 2 --workload allreduce --bytes 32M --iters 24
+    wait_for "carries pieces beside" 20
+    sleep 1.5
+    "$NETLAB_SH" fail 0 0 # host 0's primary (active) port, with pieces on both paths
+    sleep 1
+    "$NETLAB_SH" restore 0 0
+    wait_for "failback to primary" 20
+    sleep 1
+    "$NETLAB_SH" fail 0 1 # now the shared path's port
+    sleep 1
+    "$NETLAB_SH" restore 0 1
+    wait_all_ok
+    (( $(count "failover: primary dev eth0") >= 1 )) || fail "the active path's failure did not fail over"
+    (( $(count "failover: shared path lost") >= 1 )) || fail "the shared path's failure did not start a new generation"
+    (( $(count "multipath: backup dev eth1") >= 2 )) || fail "the backup did not share again after the failback"
     ;;
 *) fail "unknown case $CASE" ;;
 esac
