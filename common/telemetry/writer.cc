@@ -60,7 +60,8 @@ struct Writer {
     std::thread thread;
     std::string file;
     uint64_t max_bytes = 0;
-    FILE *out = nullptr;
+    FILE *out = nullptr;  // unbuffered: lines reach the file only through flush_pending()
+    std::string pending;  // whole lines not yet written
     uint64_t written = 0;
     std::vector<uint64_t> next;      // per registry entry: next ring index to write
     std::vector<uint8_t> described;  // per entry: its "path" record is in the current file
@@ -106,16 +107,43 @@ void forget_in_child()
     Writer &wr = w();
     if (wr.out != nullptr) __fpurge(wr.out);
     wr.out = nullptr; // the FILE is leaked in the child; the parent owns the file
+    wr.pending.clear();
     wr.running = false;
     wr.live.store(false);
+}
+
+// Writes the pending lines with write(2) calls of whole lines: a process that exits (or dies)
+// while the writer runs leaves whole lines in the file, never half of one (a stdio buffer
+// flushes wherever it fills, and exit() flushes streams without their locks).
+void flush_pending(Writer &wr)
+{
+    if (wr.out != nullptr) {
+        const int fd = fileno(wr.out);
+        size_t off = 0;
+        while (off < wr.pending.size()) {
+            const ssize_t n = ::write(fd, wr.pending.data() + off, wr.pending.size() - off);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break; // disk full or gone: telemetry is best effort
+            off += static_cast<size_t>(n);
+        }
+    }
+    wr.pending.clear();
+}
+
+FILE *open_unbuffered(const std::string &file, const char *mode)
+{
+    FILE *f = std::fopen(file.c_str(), mode);
+    if (f != nullptr) std::setvbuf(f, nullptr, _IONBF, 0);
+    return f;
 }
 
 void rotate_if_needed(Writer &wr)
 {
     if (wr.written < wr.max_bytes) return;
+    flush_pending(wr);
     std::fclose(wr.out);
     std::rename(wr.file.c_str(), (wr.file + ".1").c_str());
-    wr.out = std::fopen(wr.file.c_str(), "w");
+    wr.out = open_unbuffered(wr.file, "w");
     wr.written = 0;
     // Each file stands alone: describe every path again before its next window.
     std::fill(wr.described.begin(), wr.described.end(), 0);
@@ -124,7 +152,7 @@ void rotate_if_needed(Writer &wr)
 void put(Writer &wr, const char *line, int n)
 {
     if (wr.out == nullptr || n <= 0) return;
-    std::fwrite(line, 1, static_cast<size_t>(n), wr.out);
+    wr.pending.append(line, static_cast<size_t>(n));
     wr.written += static_cast<uint64_t>(n);
     rotate_if_needed(wr);
 }
@@ -212,7 +240,7 @@ void drain(Writer &wr)
             wr.described[i] = 0;
         }
     }
-    if (wr.out != nullptr) std::fflush(wr.out);
+    flush_pending(wr);
 }
 
 void loop()
@@ -276,7 +304,7 @@ int start_writer(const std::string &dir, uint64_t max_file_bytes, std::string *w
     char host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     wr.file = dir + "/vigil-" + host + "-" + std::to_string(getpid()) + ".jsonl";
-    wr.out = std::fopen(wr.file.c_str(), "a");
+    wr.out = open_unbuffered(wr.file, "a");
     if (wr.out == nullptr) {
         const int e = errno;
         *why = "cannot open " + wr.file + ": " + std::strerror(e);

@@ -210,7 +210,7 @@ files)
     "$NETLAB_SH" fail 0 0; "$NETLAB_SH" fail 0 1 # no path left: the job must fail, files flushed
     rc=0; for r in 0 1; do wait "${PIDS[r]}" && rc=1; done
     ((rc == 0)) || fail "the job survived with every port of host 0 down"
-    python3 - "$dir" <<'PY' || fail "telemetry files"
+    python3 - "$dir" <<'PY' || { [[ -n ${KEEP_TEL:-} ]] && cp -r "$dir" "$KEEP_TEL"; fail "telemetry files"; }
 import glob, json, os, sys
 d = sys.argv[1]
 files = sorted(glob.glob(f"{d}/vigil-*.jsonl*"))
