@@ -190,27 +190,41 @@ void SendComm::take_events_locked(void *phandle, NetEvents *ev) noexcept
     };
     for (int i = 0; i < evq_n_; ++i) take(evq_[static_cast<size_t>(i)]);
     evq_n_ = 0;
-    const PathSlot &a = paths_[active_];
-    if (a.tm == nullptr || a.tm->entry == nullptr) return;
-    const uint64_t head = a.tm->entry->ring.head.load(std::memory_order_relaxed);
-    if (head == 0 || head == last_window_emitted_[active_]) return;
-    telemetry::WindowRecord w;
-    if (!telemetry::RegistryView::read(*a.tm->entry, head - 1, &w)) return;
-    last_window_emitted_[active_] = head;
-    vigilNetProfDescr_v1_t d{};
-    d.type = vigilNetProfWindow;
-    d.slot = static_cast<uint8_t>(active_);
-    d.degraded = w.degraded;
-    d.state = w.state;
-    d.generation = w.generation;
-    d.dev = a.path->identity().dev;
-    d.window_us = w.window_us;
-    d.start_ns = w.start_ns;
-    d.bytes = w.bytes;
-    d.busy_ns = w.busy_ns;
-    d.lat_p99_ns = w.lat_p99_ns;
-    d.conn = reinterpret_cast<uintptr_t>(this);
-    take(d);
+    // The newest window of every path that carries (the active one and, with multipath, the
+    // shared one), each with its share of the bytes of those windows.
+    std::array<telemetry::WindowRecord, kMaxPaths> w{};
+    std::array<bool, kMaxPaths> fresh{};
+    uint64_t total = 0;
+    for (int i = 0; i < kMaxPaths; ++i) {
+        const PathSlot &sl = paths_[static_cast<size_t>(i)];
+        if (sl.state != SlotState::kActive && sl.state != SlotState::kShared) continue;
+        if (sl.tm == nullptr || sl.tm->entry == nullptr) continue;
+        const uint64_t head = sl.tm->entry->ring.head.load(std::memory_order_relaxed);
+        if (head == 0 || head == last_window_emitted_[static_cast<size_t>(i)]) continue;
+        if (!telemetry::RegistryView::read(*sl.tm->entry, head - 1, &w[static_cast<size_t>(i)])) continue;
+        last_window_emitted_[static_cast<size_t>(i)] = head;
+        fresh[static_cast<size_t>(i)] = true;
+        total += w[static_cast<size_t>(i)].bytes;
+    }
+    for (int i = 0; i < kMaxPaths; ++i) {
+        if (!fresh[static_cast<size_t>(i)]) continue;
+        const telemetry::WindowRecord &r = w[static_cast<size_t>(i)];
+        vigilNetProfDescr_v1_t d{};
+        d.type = vigilNetProfWindow;
+        d.slot = static_cast<uint8_t>(i);
+        d.degraded = r.degraded;
+        d.state = r.state;
+        d.generation = r.generation;
+        d.dev = paths_[static_cast<size_t>(i)].path->identity().dev;
+        d.window_us = r.window_us;
+        d.start_ns = r.start_ns;
+        d.bytes = r.bytes;
+        d.busy_ns = r.busy_ns;
+        d.lat_p99_ns = r.lat_p99_ns;
+        d.conn = reinterpret_cast<uintptr_t>(this);
+        d.share_permille = static_cast<uint16_t>(total == 0 ? 0 : r.bytes * 1000 / total);
+        take(d);
+    }
 }
 
 void SendComm::emit_events(const NetEvents &ev, void *phandle) noexcept

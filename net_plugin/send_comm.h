@@ -232,10 +232,11 @@ private:
     static constexpr int kEventQueue = 8, kDescrRing = 16;
     /// Net events ready for NCCL's profiler: descriptors in descr_ring_, in order.
     struct NetEvents {
-        std::array<vigilNetProfDescr_v1_t *, kEventQueue + 1> d{};
+        std::array<vigilNetProfDescr_v1_t *, kEventQueue + kMaxPaths> d{};
         int n = 0;
     };
-    /// Moves the pending net events (failovers, failbacks, the active path's newest window)
+    /// Moves the pending net events (failovers, failbacks, the newest window of each path that
+    /// carries, with its share)
     /// into descr_ring_ and `ev`, when NCCL gave a callback and `phandle` (their parent).
     void take_events_locked(void *phandle, NetEvents *ev) noexcept;
     /// Hands `ev` to NCCL's profiler as children of `phandle`. Called without the comm lock:

@@ -57,6 +57,7 @@ void fill_net(Record *r, int64_t id, const void *data)
         r->net.busy_ns = d->busy_ns;
         r->net.lat_p99_ns = d->lat_p99_ns;
         r->net.conn = d->conn;
+        r->net.share_permille = d->share_permille <= 1000 ? d->share_permille : 0;
     } else {
         r->foreign_net.plugin_id = id; // another net plugin's event: kept as a bare slice
     }

@@ -53,8 +53,9 @@ struct NetInfo {
     uint64_t busy_ns;
     uint64_t lat_p99_ns;
     uint64_t conn; ///< connection id, as in the telemetry registry (0 unknown)
+    uint16_t share_permille; ///< window: the path's share of its connection's bytes (multipath)
 };
-static_assert(sizeof(NetInfo) == 56);
+static_assert(sizeof(NetInfo) == 64);
 
 /// One event, as recorded (112 bytes; copied once, at stop, into the writer's ring).
 /// `id` is the handle NCCL holds; `parent` the parent's handle when it is one of ours and

@@ -484,11 +484,12 @@ void net_record(Writer &w, const Record &r)
         n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"window\",\"dev\":%d,\"slot\":\"%s\","
                           "\"conn\":%llu,\"generation\":%u,\"start_us\":%s,\"window_us\":%u,\"bytes\":%llu,\"busy_us\":%.3f,"
-                          "\"busy_bw_GBps\":%.4f,\"lat_p99_us\":%.3f,\"degraded\":%s,\"state\":\"%s\"}\n",
+                          "\"busy_bw_GBps\":%.4f,\"lat_p99_us\":%.3f,\"degraded\":%s,\"state\":\"%s\",\"share\":%.3f}\n",
                           comm.s, c ? c->rank : -1, ni.dev, slot, static_cast<unsigned long long>(ni.conn),
                           ni.generation, ts.s, ni.window_us,
                           static_cast<unsigned long long>(ni.bytes), static_cast<double>(ni.busy_ns) / 1e3, bw,
-                          static_cast<double>(ni.lat_p99_ns) / 1e3, ni.degraded ? "true" : "false", st);
+                          static_cast<double>(ni.lat_p99_ns) / 1e3, ni.degraded ? "true" : "false", st,
+                          ni.share_permille / 1000.0);
     } else {
         n = std::snprintf(w.line, sizeof(w.line),
                           "{\"type\":\"net\",\"comm\":\"%s\",\"rank\":%d,\"event\":\"%s\",\"dev\":%d,\"slot\":\"%s\","
@@ -507,10 +508,10 @@ void net_record(Writer &w, const Record &r)
         n = std::snprintf(b, sizeof(b),
                           "{\"ph\":\"X\",\"name\":\"window\",\"pid\":%u,\"tid\":%d,\"ts\":%s,\"dur\":%u,\"args\":{"
                           "\"bytes\":%llu,\"busy_us\":%.3f,\"busy_bw_GBps\":%.4f,\"lat_p99_us\":%.3f,\"degraded\":%s,"
-                          "\"generation\":%u}}",
+                          "\"generation\":%u,\"share\":%.3f}}",
                           r.ctx, tid, ts.s, ni.window_us, static_cast<unsigned long long>(ni.bytes),
                           static_cast<double>(ni.busy_ns) / 1e3, bw, static_cast<double>(ni.lat_p99_ns) / 1e3,
-                          ni.degraded ? "true" : "false", ni.generation);
+                          ni.degraded ? "true" : "false", ni.generation, ni.share_permille / 1000.0);
     } else {
         n = std::snprintf(b, sizeof(b),
                           "{\"ph\":\"i\",\"s\":\"p\",\"name\":\"%s\",\"pid\":%u,\"tid\":%d,\"ts\":%s,\"args\":{"

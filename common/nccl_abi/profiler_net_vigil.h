@@ -33,7 +33,11 @@ typedef struct {
     uint64_t busy_ns;    /* window: time with data in flight */
     uint64_t lat_p99_ns; /* window: completion latency p99 */
     uint64_t conn;       /* the connection (as `conn` in the telemetry registry and files); 0 unknown */
-    uint64_t reserved[1];
+    uint16_t share_permille; /* window: this path's share of its connection's bytes over the newest
+                                windows of the paths that carry (multipath), per mille; 1000 for
+                                the only carrying path; 0 when the connection moved nothing */
+    uint16_t reserved16;
+    uint32_t reserved32;
 } vigilNetProfDescr_v1_t;
 
 #endif /* VIGIL_NCCL_ABI_PROFILER_NET_VIGIL_H */

@@ -3,6 +3,8 @@
 // versioned descriptor, never with a NULL parent, failovers included.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <chrono>
 #include <future>
 #include <thread>
@@ -32,13 +34,22 @@ public:
     }
     const vn::PathIdentity &identity() const override { return id_; }
     void begin(uint64_t first_seq, uint32_t, int, uint64_t) override { next_ = first_seq; }
-    void post(const vn::OutMessage &m) override { next_ = m.seq + 1; }
+    void post(const vn::OutMessage &m) override
+    {
+        next_ = std::max(next_, m.seq + 1);
+        queued_ += m.length;
+    }
+    /// With `stripes`: takes pieces; what was posted waits (backlog) until the next progress.
+    bool stripes_ = false;
+    bool stripes() const override { return stripes_; }
+    uint64_t backlog() const override { return queued_; }
     bool idle() const override { return true; }
     void probe() override {}
     void goodbye() override {}
     void sabotage() override {}
     vn::PathStatus progress(vn::SendSink &sink) override
     {
+        queued_ = 0;
         sink.acked(next_);
         for (; groups_ < next_ + 2; ++groups_) {
             vn::CtsGroup g;
@@ -58,6 +69,7 @@ private:
     vn::PathIdentity id_;
     uint64_t next_ = 0;
     uint64_t groups_ = 0;
+    uint64_t queued_ = 0;
 };
 
 struct Call {
@@ -92,15 +104,22 @@ ncclResult_t fake_profiler(void **eHandle, int type, void *pHandle, int64_t plug
     return ncclSuccess;
 }
 
-std::unique_ptr<vn::SendComm> make_comm()
+/// With `multipath`, both paths stripe and a 4 KiB message is 4 pieces of 1 KiB: two wait
+/// on the active path, the other two go to the shared one.
+std::unique_ptr<vn::SendComm> make_comm(bool multipath = false)
 {
     vn::TelemetryConfig t;
     t.window_ns = 20'000; // 20 us windows: several close between sends below
     vn::SendPaths p;
-    p.paths[vn::kPrimary] = std::make_unique<InstantPath>(vn::kPrimary, 3);
-    p.paths[vn::kBackup] = std::make_unique<InstantPath>(vn::kBackup, 4);
-    return std::make_unique<vn::SendComm>(std::move(p), std::array<int, vn::kMaxPaths>{{3, 4}},
-                                          vn::FailoverConfig{}, t);
+    auto a = std::make_unique<InstantPath>(vn::kPrimary, 3);
+    auto b = std::make_unique<InstantPath>(vn::kBackup, 4);
+    a->stripes_ = b->stripes_ = multipath;
+    p.paths[vn::kPrimary] = std::move(a);
+    p.paths[vn::kBackup] = std::move(b);
+    vn::FailoverConfig cfg;
+    cfg.multipath = multipath;
+    cfg.piece_bytes = 1024;
+    return std::make_unique<vn::SendComm>(std::move(p), std::array<int, vn::kMaxPaths>{{3, 4}}, cfg, t);
 }
 
 void send_some(vn::SendComm &c, void *phandle, int n)
@@ -162,6 +181,26 @@ TEST_CASE("net events are children of the proxy-step handle, with our descriptor
     }
     CHECK(windows > 0);
     CHECK(stops == starts); // every started event is stopped
+}
+
+TEST_CASE("with multipath each carrying path's window comes with its share", "[profiler][multipath]")
+{
+    Fixture f;
+    auto c = make_comm(true);
+    int step = 0;
+    send_some(*c, &step, 40);
+    int windows[vn::kMaxPaths] = {};
+    for (const Call &k : g_calls) {
+        if (k.type != 0 || k.descr.type != vigilNetProfWindow) continue;
+        REQUIRE(k.descr.slot < vn::kMaxPaths);
+        ++windows[k.descr.slot];
+        CHECK(k.descr.dev == (k.descr.slot == vn::kPrimary ? 3 : 4));
+        CHECK(k.descr.share_permille > 0);
+        CHECK(k.descr.share_permille <= 1000);
+    }
+    CHECK(windows[vn::kPrimary] > 0);
+    CHECK(windows[vn::kBackup] > 0);
+    CHECK(c->stats().pieces > 0);
 }
 
 TEST_CASE("no net event without a parent handle", "[profiler]")
