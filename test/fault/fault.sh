@@ -181,4 +181,7 @@ striped)
     ;;
 *) fail "unknown case $CASE" ;;
 esac
+if [[ ${VIGIL_MULTIPATH:-1} == 0 && -n ${OUT:-} ]] && (( $(count "carries pieces beside") > 0 )); then
+    fail "VIGIL_MULTIPATH=0, yet a backup carried pieces"
+fi
 echo "fault $CASE: ok"
