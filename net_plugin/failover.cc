@@ -59,7 +59,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     PathSlot &d = paths_[dead];
     const bool was_active = d.state == SlotState::kActive;
     const bool was_shared = d.state == SlotState::kShared;
-    d.state = SlotState::kDead;
+    set_state_locked(dead, SlotState::kDead);
     abandon_locked(dead, t0);
     if (d.tm) {
         d.tm->meter.on_error(t0);
@@ -141,13 +141,13 @@ SendComm::Outstanding SendComm::switch_to_locked(int slot, int abandoned, uint64
     PathSlot &old = paths_[active_];
     for (int i = 0; i < kMaxPaths; ++i) abandon_locked(i, now); // all of it is posted again
     if (active_ != slot && old.state == SlotState::kActive) { // failback: old goes back to standby
-        old.state = SlotState::kStandby;
+        set_state_locked(active_, SlotState::kStandby);
         if (old.tm) old.tm->meter.set_state(now, telemetry::kStandby, gen_ + 1);
     }
     ++gen_;
     active_ = slot;
     PathSlot &a = paths_[slot];
-    a.state = SlotState::kActive;
+    set_state_locked(slot, SlotState::kActive);
     if (a.tm) {
         a.tm->meter.set_state(now, telemetry::kActive, gen_);
         a.tm->meter.on_replay(now, static_cast<uint32_t>(replay.msgs));
@@ -214,7 +214,7 @@ void SendComm::install_locked(int i, std::unique_ptr<SendPath> p, uint64_t now) 
     sl.path = std::move(p);
     watch(*sl.path, true);
     sl.desc = sl.path->identity().describe();
-    sl.state = SlotState::kStandby;
+    set_state_locked(i, SlotState::kStandby);
     sl.rebuilt = true;
     sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
     sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
@@ -284,7 +284,7 @@ void SendComm::share_locked(uint64_t now) noexcept
         if (sl.state != SlotState::kStandby) continue;
         if (i == kPrimary && active_ != kPrimary) continue; // failback takes it back whole
         if (sl.rebuilt && since(now, sl.up_since_ns) < cfg_.failback_hold_ns) continue;
-        sl.state = SlotState::kShared;
+        set_state_locked(i, SlotState::kShared);
         sl.last_heard_ns = now; // its stall clock starts now
         sl.path->begin(assign_seq_, gen_, -1, 0);
         if (sl.tm) sl.tm->meter.set_state(now, telemetry::kActive, gen_);

@@ -5,6 +5,8 @@
 #include "send_comm.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -12,6 +14,14 @@
 #include "log.h"
 
 namespace vigil::net {
+namespace {
+
+// Striped paths that carry (Active or Shared), per local device of this process: the paths
+// that share a port's queue bound (has_room_locked). Devices beyond the table are not counted.
+constexpr int kCountedDevs = 64;
+std::array<std::atomic<int>, kCountedDevs> g_carriers{};
+
+} // namespace
 
 SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
                    const FailoverConfig &cfg, const TelemetryConfig &tcfg)
@@ -26,7 +36,7 @@ SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
         if (!paths.paths[i]) continue;
         sl.path = std::move(paths.paths[i]);
         sl.desc = sl.path->identity().describe();
-        sl.state = i == kPrimary ? SlotState::kActive : SlotState::kStandby;
+        set_state_locked(i, i == kPrimary ? SlotState::kActive : SlotState::kStandby);
         sl.last_heard_ns = sl.last_sent_ns = sl.up_since_ns = now;
         meter_locked(i);
         if (sl.tm && i != kPrimary) sl.tm->meter.set_state(now, telemetry::kStandby, gen_);
@@ -38,6 +48,24 @@ SendComm::~SendComm()
 {
     // Messages still pending (a close with sends in flight) hold a reference to their region.
     for (uint64_t s = acked_; s < next_seq_; ++s) MemRegion::unref(msgs_[s % kMaxInflight].mr);
+    for (int i = 0; i < kMaxPaths; ++i) set_state_locked(i, SlotState::kDead);
+}
+
+void SendComm::set_state_locked(int i, SlotState s) noexcept
+{
+    PathSlot &sl = paths_[i];
+    sl.state = s;
+    const bool carrying = s == SlotState::kActive || s == SlotState::kShared;
+    if (carrying && sl.counted_dev < 0 && cfg_.multipath && sl.path && sl.path->stripes()) {
+        const int dev = sl.path->identity().dev;
+        if (dev >= 0 && dev < kCountedDevs) {
+            sl.counted_dev = dev;
+            g_carriers[static_cast<size_t>(dev)].fetch_add(1, std::memory_order_relaxed);
+        }
+    } else if (!carrying && sl.counted_dev >= 0) {
+        g_carriers[static_cast<size_t>(sl.counted_dev)].fetch_sub(1, std::memory_order_relaxed);
+        sl.counted_dev = -1;
+    }
 }
 
 std::string SendComm::describe() const
@@ -113,10 +141,18 @@ bool SendComm::striping() const noexcept
 
 bool SendComm::has_room_locked(int i, bool sockets) const noexcept
 {
-    const SendPath &p = *paths_[i].path;
+    const PathSlot &sl = paths_[i];
+    const SendPath &p = *sl.path;
     if (!p.can_post()) return false;
     const uint64_t queued = p.backlog();
-    return queued < 2 * cfg_.piece_bytes && (!sockets || queued + p.unsent() < 2 * cfg_.piece_bytes);
+    if (queued >= 2 * cfg_.piece_bytes) return false;
+    if (!sockets) return true;
+    // The port's bound of about four pieces, divided among the striped paths carrying on it
+    // (at least two pieces each up to two paths, never below half a piece).
+    uint64_t limit = 2 * cfg_.piece_bytes;
+    const int n = sl.counted_dev >= 0 ? g_carriers[static_cast<size_t>(sl.counted_dev)].load(std::memory_order_relaxed) : 0;
+    if (n > 2) limit = std::max<uint64_t>(cfg_.piece_bytes / 2, 4 * cfg_.piece_bytes / static_cast<uint64_t>(n));
+    return queued + p.unsent() < limit;
 }
 
 unsigned SendComm::distribute_locked() noexcept
@@ -413,9 +449,10 @@ void SendComm::receiver_closed_locked() noexcept
     // Acks that arrived with the goodbye count: the close is judged on what the receiver holds.
     complete_acked_locked(now_ns());
     peer_closed_ = true;
-    for (PathSlot &sl : paths_) {
+    for (int i = 0; i < kMaxPaths; ++i) {
+        PathSlot &sl = paths_[i];
         if (!sl.alive()) continue;
-        sl.state = SlotState::kDead;
+        set_state_locked(i, SlotState::kDead);
         watch(*sl.path, false);
     }
     draining_ = false;

@@ -144,6 +144,7 @@ private:
         uint64_t next_rebuild_ns = 0;
         uint64_t backoff_ns = 0;
         bool rebuilt = false; // multipath: shares only after failback_hold
+        int counted_dev = -1; // multipath: the device whose carrying paths count this one
         std::string desc;
         std::unique_ptr<PathTelemetry> tm; // null with telemetry off
         SlotSink sink;
@@ -197,8 +198,13 @@ private:
     unsigned distribute_locked() noexcept;
     /// Whether slot `i` takes another piece now: fewer than two pieces wait in its queue and,
     /// with `sockets` (the piece is a whole piece_bytes, so the kernel's buffers are worth a
-    /// system call), in its sockets' unsent bytes too.
+    /// system call), in its sockets' unsent bytes too. That bound is the port's, not the
+    /// connection's: shared by the paths of this process that carry striped traffic on the
+    /// same device (NCCL's channels), so a slow port holds about as much as with one
+    /// connection, whatever the number of channels on it.
     bool has_room_locked(int i, bool sockets) const noexcept;
+    /// Moves slot `i` to `s`, keeping the per-device count of carrying striped paths.
+    void set_state_locked(int i, SlotState s) noexcept;
     /// Messages neither acknowledged nor seen held, and their bytes: what a switch replays
     /// and what a path left behind had in flight.
     struct Outstanding {
