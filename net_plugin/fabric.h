@@ -51,8 +51,9 @@ inline constexpr int kMaxCtsGroups = 2 * kMaxRequests;
 
 // ---- Path slots ----------------------------------------------------------------------------
 
-/// Path slots of a connection: the primary on the comm's own device and the hot-standby
-/// backup on another device. kMaxPaths is only this: path slots per connection.
+/// Path slots of a connection: the primary on the comm's own device and the backup on another
+/// device (a hot standby, or with multipath a second carrier: send_comm.h). kMaxPaths is only
+/// this: path slots per connection.
 inline constexpr int kPrimary = 0;
 inline constexpr int kBackup = 1;
 inline constexpr int kMaxPaths = 2;
