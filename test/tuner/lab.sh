@@ -56,10 +56,10 @@ expect_ok "$out"
 [[ $(json_get "$out" tuner_api) == 7 ]] || fail "expected ncclTunerPlugin_v7 from the net library"
 
 # Every rank logs the same view changes (block and view), in the same order; one of them,
-# after the port was cut, is to a view of reduced bandwidth. With multipath (the default) the
-# cut port's connections also use their other port, so host 2 keeps about (1 + 1/4) / 2 of
-# its bandwidth and the view says at most 0.65 (0.5 with VIGIL_MULTIPATH=0: the slow port
-# paces the ring).
+# after the port was cut, is to a view of reduced bandwidth: at most 0.5 with
+# VIGIL_MULTIPATH=0 (as meson runs it: the slow port paces the ring); with multipath the cut
+# port's connections also use their other port, so host 2 keeps about (1 + 1/4) / 2 of its
+# bandwidth and the view says at most 0.65.
 changes() { { grep -o 'view change at block .*, proposed by' "$1" || true; } | sed 's/, proposed by$//'; }
 changes "$out.err.0" >"$TMP/changes.0"
 for r in 1 2 3; do
