@@ -67,48 +67,35 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
         if (d.tm->entry) d.tm->entry->failovers.fetch_add(1, std::memory_order_relaxed);
     }
     watch(*d.path, false);
+    int next = -1;
     if (was_shared) {
         // Pieces it carried may have landed in part: the active path starts a new generation
         // (its notice names this path, which the receiver fences) and what is not acked is
         // distributed again.
-        const Outstanding replay = switch_to_locked(active_, dead, d.path->identity().id);
-        ++stats_.failovers;
-        failover_t0_ns_ = t0;
-        queue_event_locked(vigilNetProfFailover, dead, replay.bytes);
-        telemetry::record_event(telemetry::EventType::kFailover,
-                                d.desc + " -> " + paths_[active_].desc + ": " + cause +
-                                    ", generation " + std::to_string(gen_) + ", replaying " +
-                                    std::to_string(replay.msgs) + " messages");
-        failover_probe_seq_ = acked_ + 1;
-        failover_timing_ = replay.msgs > 0;
-        VLOG_WARN("host %s: failover: shared path lost: %s: %s; all traffic on %s, generation %u, "
-                  "replaying %llu messages (%llu bytes)", host_name(), d.desc.c_str(), cause.c_str(),
-                  paths_[active_].desc.c_str(), gen_, static_cast<unsigned long long>(replay.msgs),
-                  static_cast<unsigned long long>(replay.bytes));
-        return;
-    }
-    if (!was_active) {
+        next = active_;
+    } else if (!was_active) {
         cancel_drain_locked();
         VLOG_WARN("host %s: standby path lost: %s: %s; the connection has no standby now",
                   host_name(), d.desc.c_str(), cause.c_str());
         return;
-    }
-    int next = -1; // a shared path carries already: it takes over first
-    for (int i = 0; i < kMaxPaths; ++i)
-        if (paths_[i].alive() && (next < 0 || paths_[i].state == SlotState::kShared)) next = i;
-    if (next < 0) {
-        no_path_since_ns_ = t0;
-        // The path a rebuilt one takes over from: the receiver must fence it, if it has not.
-        orphan_slot_ = dead;
-        orphan_id_ = d.path->identity().id;
-        VLOG_WARN("host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
-                  host_name(), d.desc.c_str(), cause.c_str(),
-                  static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
-        return;
+    } else {
+        // A shared path carries already: it takes over first.
+        for (int i = 0; i < kMaxPaths; ++i)
+            if (paths_[i].alive() && (next < 0 || paths_[i].state == SlotState::kShared)) next = i;
+        if (next < 0) {
+            no_path_since_ns_ = t0;
+            // The path a rebuilt one takes over from: the receiver must fence it, if it has not.
+            orphan_slot_ = dead;
+            orphan_id_ = d.path->identity().id;
+            VLOG_WARN("host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
+                      host_name(), d.desc.c_str(), cause.c_str(),
+                      static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
+            return;
+        }
+        backup_since_ns_ = t0;
     }
     const Outstanding replay = switch_to_locked(next, dead, d.path->identity().id);
     PathSlot &a = paths_[next];
-    backup_since_ns_ = t0;
     ++stats_.failovers;
     failover_t0_ns_ = t0;
     queue_event_locked(vigilNetProfFailover, dead, replay.bytes);
@@ -118,9 +105,10 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
                                 std::to_string(replay.msgs) + " messages");
     failover_probe_seq_ = acked_ + 1;
     failover_timing_ = replay.msgs > 0;
-    VLOG_WARN("host %s: failover: %s: %s; now on %s, generation %u, replaying %llu messages "
+    VLOG_WARN("host %s: failover: %s%s: %s; %s %s, generation %u, replaying %llu messages "
               "(of seq %llu..%llu, %llu bytes), switch took %.1f us",
-              host_name(), d.desc.c_str(), cause.c_str(), a.desc.c_str(), gen_,
+              host_name(), was_shared ? "shared path lost: " : "", d.desc.c_str(), cause.c_str(),
+              was_shared ? "all traffic on" : "now on", a.desc.c_str(), gen_,
               static_cast<unsigned long long>(replay.msgs),
               static_cast<unsigned long long>(acked_), static_cast<unsigned long long>(next_seq_),
               static_cast<unsigned long long>(replay.bytes), static_cast<double>(now_ns() - t0) / 1e3);
