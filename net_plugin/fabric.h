@@ -195,6 +195,11 @@ public:
     /// The receiver holds message `seq`, possibly ahead of the cumulative ack (an RDMA path
     /// learns this from the receiver's answer to a generation notice). The send completes.
     virtual void held(uint64_t seq) = 0;
+    /// `len` bytes of message `seq`, a piece posted in generation `gen`, are in the receiver's
+    /// memory (an RDMA path that stripes learns this from the piece's write completing). The
+    /// core adds up the pieces of its current generation and completes the send once they
+    /// cover the message; pieces of an older generation are not counted (it was replayed).
+    virtual void landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
     /// The receiver advertised group `g`. Each path delivers groups in index order, possibly
     /// repeating ones other paths delivered. Returns 0, or -EPROTO when `g` contradicts what
     /// was advertised before (the path reports it as a fatal error).
@@ -342,6 +347,19 @@ public:
     /// [floor - 2^(bits-1), floor + 2^(bits-1)) around the receiver's window floor (below the
     /// floor: a replay of a completed message, ignored), and its tag is its entry's.
     virtual int whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry) = 0;
+    /// A piece of a striped message written straight into its buffer (RDMA): `len` bytes of
+    /// the message with sequence number residue `seq_residue` (as whole_short()), for entry
+    /// `entry` (its tag is the entry's), sent in generation `gen`, are in place. Its size
+    /// comes with the message's last piece (piece_last()); until then the bytes are bounded
+    /// by the buffer's capacity. Counted only in the current generation (an older one's
+    /// pieces are rewritten by the replay, a newer one is adopted first), so every byte
+    /// counts once. Returns 0, or -EPROTO / -EMSGSIZE (fatal for the connection).
+    virtual int piece(uint32_t gen, uint64_t seq_residue, int bits, uint64_t len, int entry) = 0;
+    /// The last piece of striped message `seq` (whole size `size`, tag `tag`, entry `entry`,
+    /// generation `gen`): its `len` bytes are in place, from a record that followed them on
+    /// one QP. Counted as piece() counts; completes the message once its pieces cover
+    /// `size`. Returns 0, or -EPROTO / -EMSGSIZE (fatal for the connection).
+    virtual int piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len) = 0;
 
 protected:
     ~RecvSink() = default;

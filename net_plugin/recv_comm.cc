@@ -244,6 +244,22 @@ int RecvComm::SlotSink::whole_short(uint32_t gen, uint64_t seq_residue, int bits
     return comm->whole_short(slot, gen, seq_residue, bits, size, entry);
 }
 
+int RecvComm::SlotSink::piece(uint32_t gen, uint64_t seq_residue, int bits, uint64_t len, int entry)
+{
+    if (gen < comm->gen_) return 0; // stale, whichever message it was: the replay rewrites it
+    uint64_t seq = 0;
+    if (int rc = comm->unwrap_locked(seq_residue, bits, &seq); rc != 0) return rc < 0 ? rc : 0;
+    const Request *r = comm->msgs_[seq % kMaxInflight].req;
+    if (entry < 0 || entry >= r->n) return -EPROTO;
+    return comm->piece(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, kUnsized, entry, len);
+}
+
+int RecvComm::SlotSink::piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len)
+{
+    if (size == kUnsized || len > size) return -EPROTO;
+    return comm->piece(slot, gen, seq, tag, size, entry, len);
+}
+
 Holding RecvComm::holding_locked() const noexcept
 {
     Holding h;
@@ -283,14 +299,18 @@ int RecvComm::bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) n
     if (entry < 0 || entry >= r->n) return -EPROTO;
     const size_t e = static_cast<size_t>(entry);
     if (r->cts.entries[e].tag != tag) return -EPROTO;
+    if (size != kUnsized && size > r->cts.entries[e].size) return -EMSGSIZE;
     if (s.buf < 0) {
         if (r->bound[e]) return -EPROTO; // two messages for one buffer
-        if (size > r->cts.entries[e].size) return -EMSGSIZE;
         r->bound[e] = true;
-        r->msg_size[e] = size;
         s.buf = entry;
-    } else if (s.buf != entry || r->msg_size[e] != size) {
+    } else if (s.buf != entry || (s.sized && size != kUnsized && r->msg_size[e] != size)) {
         return -EPROTO;
+    }
+    if (size != kUnsized && !s.sized) {
+        if (s.got > size) return -EPROTO; // pieces beyond the size its last piece says
+        r->msg_size[e] = size;
+        s.sized = true;
     }
     return 0;
 }
@@ -308,18 +328,38 @@ int RecvComm::whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t 
     return add_bytes_locked(slot, seq, size - s.got);
 }
 
-int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry)
+int RecvComm::unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noexcept
 {
     if (bits < 2 || bits > 32 || (uint64_t{1} << (bits - 1)) <= static_cast<uint64_t>(kMaxInflight)) return -EPROTO;
     const uint64_t mod = uint64_t{1} << bits, half = mod / 2;
     // The one seq with this residue in [floor_ - half, floor_ + half).
     const uint64_t base = floor_ >= half ? floor_ - half : 0;
-    const uint64_t seq = base + ((seq_residue - base) & (mod - 1));
-    if (seq < floor_) return 0; // a replay of a completed message
-    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return -EPROTO;
+    *seq = base + ((residue - base) & (mod - 1));
+    if (*seq < floor_) return 1; // a replay of a completed message
+    if (*seq >= next_post_seq_ || *seq - floor_ >= kMaxInflight) return -EPROTO;
+    return 0;
+}
+
+int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry)
+{
+    uint64_t seq = 0;
+    if (int rc = unwrap_locked(seq_residue, bits, &seq); rc != 0) return rc < 0 ? rc : 0;
     const Request *r = msgs_[seq % kMaxInflight].req;
     if (entry < 0 || entry >= r->n) return -EPROTO;
     return whole(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, size, entry);
+}
+
+int RecvComm::piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len)
+{
+    // An older generation's piece is rewritten by the replay; its bytes count there.
+    if (gen < gen_) return 0;
+    if (gen > gen_) adopt_generation_locked(slot, gen);
+    if (seq < floor_) return 0; // a replay of a completed message
+    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return -EPROTO;
+    MsgSlot &s = msgs_[seq % kMaxInflight];
+    if (s.complete) return 0;
+    if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
+    return add_bytes_locked(slot, seq, len);
 }
 
 bool RecvComm::still_wanted(uint32_t gen, uint64_t seq) const
@@ -347,9 +387,12 @@ int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept
     MsgSlot &s = msgs_[seq % kMaxInflight];
     Request *r = s.req;
     s.got += len;
-    const uint64_t want = r->msg_size[static_cast<size_t>(s.buf)];
-    if (s.got > want) return -EPROTO;
-    if (s.got < want) return 0;
+    const size_t e = static_cast<size_t>(s.buf);
+    // Until the size is known (pieces ahead of a striped message's last one), the buffer's
+    // capacity bounds what may land.
+    const uint64_t want = s.sized ? r->msg_size[e] : r->cts.entries[e].size;
+    if (s.got > want) return s.sized ? -EPROTO : -EMSGSIZE;
+    if (s.got < want || !s.sized) return 0;
     s.complete = true;
     if (--r->remaining == 0) complete_locked(r);
     const uint64_t old = floor_;

@@ -102,6 +102,8 @@ private:
         void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) override;
         int whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) override;
         int whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry) override;
+        int piece(uint32_t gen, uint64_t seq_residue, int bits, uint64_t len, int entry) override;
+        int piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len) override;
     };
     struct PathSlot {
         std::unique_ptr<RecvPath> path;
@@ -125,6 +127,7 @@ private:
     struct MsgSlot {
         Request *req = nullptr; // the irecv covering this seq
         int buf = -1;           // its buffer, once bound by the sender's first frame
+        bool sized = false;     // its size is known (a striped RDMA message: from its last piece)
         uint64_t got = 0;
         bool complete = false;
     };
@@ -138,8 +141,16 @@ private:
     // ---- posting, placement, completion (recv_comm.cc) ----
     Placement locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry);
     /// Binds message `seq` to buffer `entry` on its first frame, or checks a later frame
-    /// against that binding. 0, or -EPROTO / -EMSGSIZE.
+    /// against that binding; `size` kUnsized for a piece that does not say the message's
+    /// size (RecvSink::piece). 0, or -EPROTO / -EMSGSIZE.
     int bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) noexcept;
+    static constexpr uint64_t kUnsized = ~0ull;
+    /// The message with sequence number residue `residue` mod 2^`bits` nearest the window
+    /// (RecvSink::whole_short) into *seq. 0; 1 for one below the floor (complete: ignore);
+    /// -EPROTO for one outside what was advertised or a bad `bits`.
+    int unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noexcept;
+    /// RecvSink::piece() and piece_last() (the size kUnsized for the former).
+    int piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len);
     bool still_wanted(uint32_t gen, uint64_t seq) const;
     int landed(int slot, uint64_t seq, uint64_t len, uint32_t gen);
     /// `len` more bytes of message `seq` are in place (through path `slot`); completes it and

@@ -300,6 +300,8 @@ Request &SendComm::bind_locked(const void *data, size_t size, int tag, MemRegion
     m.group = grp.index;
     m.entry = entry;
     m.dest = grp.entries[static_cast<size_t>(entry)];
+    m.landed = 0;
+    m.landed_gen = 0;
     Request &r = reqs_[i];
     r.is_send = true;
     r.comm = this;
@@ -326,6 +328,24 @@ int SendComm::SlotSink::cts(const CtsGroup &g)
 void SendComm::SlotSink::held(uint64_t seq)
 {
     comm->on_held(seq);
+}
+
+void SendComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
+{
+    comm->on_landed(seq, len, gen);
+}
+
+void SendComm::on_landed(uint64_t seq, uint64_t len, uint32_t gen) noexcept
+{
+    // An older generation's pieces do not count: the switch replays the message whole.
+    if (gen != gen_ || seq < acked_ || seq < ack_seen_ || seq >= next_seq_ || held_[seq % kMaxInflight]) return;
+    SendMsg &m = msgs_[seq % kMaxInflight];
+    if (m.landed_gen != gen) {
+        m.landed_gen = gen;
+        m.landed = 0;
+    }
+    m.landed += len;
+    if (m.landed >= reqs_[seq % kMaxInflight].size) on_held(seq);
 }
 
 void SendComm::on_acked(uint64_t seq) noexcept

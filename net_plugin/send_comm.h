@@ -133,6 +133,7 @@ private:
         int slot = 0;
         void acked(uint64_t seq) override;
         void held(uint64_t seq) override;
+        void landed(uint64_t seq, uint64_t len, uint32_t gen) override;
         int cts(const CtsGroup &g) override;
     };
     struct PathSlot {
@@ -163,6 +164,9 @@ private:
         // operation per message and slot), and the bytes each carries.
         uint8_t on_slots = 0;
         std::array<uint64_t, kMaxPaths> slot_bytes{};
+        // Pieces an RDMA path saw land (SendSink::landed), counted in generation landed_gen.
+        uint64_t landed = 0;
+        uint32_t landed_gen = 0;
     };
 
     void progress_locked() noexcept override;
@@ -184,6 +188,9 @@ private:
     Request &bind_locked(const void *data, size_t size, int tag, MemRegion *mr, int entry) noexcept;
     void on_acked(uint64_t seq) noexcept;
     void on_held(uint64_t seq) noexcept;
+    /// `len` bytes of `seq` landed in generation `gen`: held once this generation's pieces
+    /// cover it.
+    void on_landed(uint64_t seq, uint64_t len, uint32_t gen) noexcept;
     /// Completes send `seq` (ring slot i): the receiver holds it.
     void complete_one_locked(uint64_t seq, uint64_t now) noexcept;
     int on_cts(int slot, const CtsGroup &g) noexcept;

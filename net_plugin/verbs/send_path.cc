@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The sending half of a verbs path: RDMA writes into the advertised buffers, the record with
-// immediate after each payload, completions as acks, the holding answer after a generation.
+// immediate after each payload (or a piece's own immediate), completions as acks, the holding
+// answer after a generation.
 #include "verbs_path.h"
 
 #include <algorithm>
@@ -16,11 +17,13 @@ namespace {
 /// Largest payload of one RDMA write (InfiniBand allows 2^31; many ports say 2^30).
 constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 30;
 static_assert(2 * kMaxInflight <= (1 << ShortImm::kSeqBits), "a short immediate's seq must unwrap unambiguously");
+static_assert(2 * kMaxInflight <= (1 << PieceImm::kSeqBits), "a piece immediate's seq must unwrap unambiguously");
 
 } // namespace
 
 VerbsSendPath::VerbsSendPath(std::unique_ptr<QpSet> qps, PathIdentity id)
-    : eng_(std::move(qps), std::move(id)), qps_fd_(eng_.qps().fd())
+    : eng_(std::move(qps), std::move(id)), qps_fd_(eng_.qps().fd()), nqps_(eng_.qps().nqps()),
+      flight_(static_cast<size_t>(nqps_) * kSendDepth)
 {
     eng_.qps().rearm(true);
 }
@@ -31,19 +34,31 @@ void VerbsSendPath::begin(uint64_t first_seq, uint32_t gen, int abandoned, uint6
 {
     gen_ = gen;
     queue_.clear(); // the core posts every unacknowledged message again
+    queued_bytes_ = 0;
     awaiting_holding_ = true;
-    Ctl h;
-    h.kind = Ctl::kGeneration;
-    h.gen = gen;
-    h.a = first_seq;
-    h.b = abandoned_id;
-    h.count = static_cast<uint8_t>(abandoned >= 0 ? abandoned + 1 : 0);
-    eng_.control(h);
+    notice_ = Ctl{};
+    notice_.kind = Ctl::kGeneration;
+    notice_.gen = gen;
+    notice_.a = first_seq;
+    notice_.b = abandoned_id;
+    notice_.count = static_cast<uint8_t>(abandoned >= 0 ? abandoned + 1 : 0);
+    // A striping path may still have the old generation's writes on its QPs: the notice
+    // waits for them, so the receiver's answer counts every one that lands and nothing of
+    // the old generation lands after the replay began (an RDMA write cannot be recalled).
+    notice_held_ = true;
+    if (in_flight_n_ == 0) send_notice();
+}
+
+void VerbsSendPath::send_notice()
+{
+    notice_held_ = false;
+    eng_.control(notice_);
 }
 
 void VerbsSendPath::post(const OutMessage &m)
 {
     queue_.push_back(m);
+    queued_bytes_ += m.length;
 }
 
 bool VerbsSendPath::idle() const
@@ -55,8 +70,11 @@ uint64_t VerbsSendPath::oldest_referenced() const
 {
     if (in_flight_n_ == 0) return ~0ull;
     uint64_t oldest = ~0ull;
-    for (const Flight &f : flight_)
-        if (f.on) oldest = std::min(oldest, f.seq);
+    for (int i = 0; i < nqps_; ++i) {
+        const size_t q = static_cast<size_t>(i);
+        if (fl_head_[q] != fl_tail_[q]) // the head is the ring's oldest (seqs increase along it)
+            oldest = std::min(oldest, flight_[q * kSendDepth + fl_head_[q] % kSendDepth].seq);
+    }
     return oldest;
 }
 
@@ -86,7 +104,8 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     QpSet &q = eng_.qps();
     const int slot = eng_.identity().slot;
     const FabricMr *mr = m.mr != nullptr ? m.mr->on(eng_.identity().dev) : nullptr;
-    if (m.size > 0 && (mr == nullptr || !m.mr->covers(m.data, m.size))) {
+    const uint8_t *from = m.data + m.offset;
+    if (m.length > 0 && (mr == nullptr || !m.mr->covers(from, m.length))) {
         *err = -EINVAL;
         *why = "isend of " + std::to_string(m.size) + " bytes from memory not registered on dev " +
                eng_.identity().dev_name + " (regMr with this comm first)";
@@ -98,17 +117,26 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
                " is not registered on the device of this path";
         return false;
     }
-    // A message of at most ShortImm::kMaxSize bytes is one write with immediate into the
-    // advertised buffer; a larger one is payload writes, then its record.
-    const bool brief = ShortImm::fits(m.size);
-    const uint64_t chunks = brief ? 0 : (m.size + kMaxWriteBytes - 1) / kMaxWriteBytes;
+    // A whole message of at most ShortImm::kMaxSize bytes, and a piece other than a message's
+    // last, is one write with immediate into the advertised buffer; anything else is payload
+    // writes, then its record.
+    const bool whole = m.offset == 0 && m.length == m.size;
+    const bool brief = whole && ShortImm::fits(m.size);
+    const bool middle = !whole && m.offset + m.length < m.size;
+    if (middle && m.length > kMaxWriteBytes) {
+        *err = -EINVAL;
+        *why = "a piece of " + std::to_string(m.length) + " bytes exceeds one RDMA write";
+        return false;
+    }
+    const uint64_t chunks = brief || middle ? 0 : (m.length + kMaxWriteBytes - 1) / kMaxWriteBytes;
     const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
     const int qi = eng_.next_qp();
     if (eng_.sq_used(qi) + wrs > kSendDepth) return false; // full: later
     std::array<ibv_sge, 3> sge{};
     std::array<ibv_send_wr, 3> wr{};
     const uint32_t rkey = m.dest.rkey[static_cast<size_t>(slot)];
-    // The one signaled work request, last on the QP: its completion is the message's ack.
+    // The one signaled work request, last on the QP: its completion is the message's (the
+    // piece's) ack.
     auto completing = [&](size_t k, uint64_t local, uint32_t len, uint32_t lkey, uint32_t imm, uint64_t raddr,
                           uint32_t rk) {
         sge[k] = ibv_sge{local, len, lkey};
@@ -121,20 +149,24 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         wr[k].wr.rdma.remote_addr = raddr;
         wr[k].wr.rdma.rkey = rk;
     };
+    const uint32_t lkey = mr != nullptr ? mr->lkey : 0;
     if (brief) {
-        completing(0, reinterpret_cast<uintptr_t>(m.data), static_cast<uint32_t>(m.size), mr != nullptr ? mr->lkey : 0,
+        completing(0, reinterpret_cast<uintptr_t>(from), static_cast<uint32_t>(m.length), lkey,
                    ShortImm::encode(m.seq, m.entry), m.dest.addr, rkey);
+    } else if (middle) {
+        completing(0, reinterpret_cast<uintptr_t>(from), static_cast<uint32_t>(m.length), lkey,
+                   PieceImm::encode(m.seq, gen_, m.entry), m.dest.addr + m.offset, rkey);
     } else {
         size_t k = 0;
         for (uint64_t c = 0; c < chunks; ++c, ++k) {
             const uint64_t off = c * kMaxWriteBytes;
-            const uint64_t len = std::min<uint64_t>(kMaxWriteBytes, m.size - off);
-            sge[k] = ibv_sge{reinterpret_cast<uintptr_t>(m.data + off), static_cast<uint32_t>(len), mr->lkey};
+            const uint64_t len = std::min<uint64_t>(kMaxWriteBytes, m.length - off);
+            sge[k] = ibv_sge{reinterpret_cast<uintptr_t>(from + off), static_cast<uint32_t>(len), lkey};
             wr[k].wr_id = WrId::make(WrId::kData, m.seq);
             wr[k].sg_list = &sge[k];
             wr[k].num_sge = 1;
             wr[k].opcode = IBV_WR_RDMA_WRITE;
-            wr[k].wr.rdma.remote_addr = m.dest.addr + off;
+            wr[k].wr.rdma.remote_addr = m.dest.addr + m.offset + off;
             wr[k].wr.rdma.rkey = rkey;
         }
         Record rec;
@@ -143,6 +175,7 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         rec.size = static_cast<uint32_t>(m.size);
         rec.tag = m.tag;
         rec.entry = static_cast<uint8_t>(m.entry);
+        rec.offset = static_cast<uint32_t>(m.offset);
         rec.encode(q.out_record(m.seq));
         completing(k, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes, q.lkey(),
                    static_cast<uint32_t>(m.seq) & Record::kImmSeqMask,
@@ -156,23 +189,28 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         return false;
     }
     eng_.sq_used(qi) += wrs;
-    flight_[m.seq % kMaxInflight] = Flight{m.seq, static_cast<uint8_t>(qi), static_cast<uint8_t>(wrs), true};
+    const size_t r = static_cast<size_t>(qi);
+    flight_[r * kSendDepth + fl_tail_[r]++ % kSendDepth] =
+        Flight{m.seq, static_cast<uint32_t>(m.length), gen_, static_cast<uint8_t>(wrs), !whole};
     ++in_flight_n_;
+    flight_bytes_ += m.length;
     return true;
 }
 
-void VerbsSendPath::on_record_done(uint64_t seq, SendSink &sink)
+void VerbsSendPath::on_done(int qi, uint64_t seq, SendSink &sink)
 {
-    Flight &f = flight_[seq % kMaxInflight];
-    if (f.on && f.seq == seq) {
-        // The record (a short message: its one write) was the last work request of the
-        // message on its QP and the only signaled one: its completion retires the unsignaled
-        // payload writes before it.
-        f.on = false;
-        --in_flight_n_;
-        eng_.sq_used(f.qp) -= f.wrs;
-    }
-    sink.held(seq); // RC: the receiver's memory holds payload and record
+    const size_t r = static_cast<size_t>(qi);
+    if (qi < 0 || qi >= nqps_ || fl_head_[r] == fl_tail_[r]) return;
+    // The completing work request was the last of its message (piece) on its QP and the only
+    // signaled one: its completion retires the unsignaled payload writes before it.
+    const Flight f = flight_[r * kSendDepth + fl_head_[r]++ % kSendDepth];
+    --in_flight_n_;
+    flight_bytes_ -= f.len;
+    eng_.sq_used(qi) -= f.wrs;
+    (void)seq; // f.seq: a QP completes its signaled work requests in order
+    // RC: the receiver's memory holds what the write carried.
+    if (f.piece) sink.landed(f.seq, f.len, f.gen);
+    else sink.held(f.seq);
 }
 
 void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendSink &sink, PathStatus *st)
@@ -186,14 +224,18 @@ void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendS
         return;
     }
     case Ctl::kHolding: {
-        if (!awaiting_holding_ || h.gen != gen_) return; // the answer to an older generation
+        if (!awaiting_holding_ || notice_held_ || h.gen != gen_) return; // an older generation's
         const Holding hold = decode_holding(h, p);
         sink.acked(hold.floor);
         // Never write a message the receiver holds: its buffer may be NCCL's again.
         std::deque<OutMessage> keep;
         for (const OutMessage &m : queue_) {
-            if (hold.has(m.seq)) sink.held(m.seq);
-            else keep.push_back(m);
+            if (hold.has(m.seq)) {
+                sink.held(m.seq);
+                queued_bytes_ -= m.length;
+            } else {
+                keep.push_back(m);
+            }
         }
         queue_.swap(keep);
         awaiting_holding_ = false;
@@ -221,10 +263,10 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
         eng_.fail(&st, bad_, bad_why_, true);
         return st;
     }
-    auto on = [&](const ibv_wc &w, int) {
+    auto on = [&](const ibv_wc &w, int qi) {
         const uint64_t kind = WrId::kind(w.wr_id);
         if (kind == WrId::kRecord) {
-            on_record_done(WrId::value(w.wr_id), sink);
+            on_done(qi, WrId::value(w.wr_id), sink);
             return true;
         }
         if (kind == WrId::kRecv) {
@@ -245,6 +287,7 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
         return true;
     };
     if (!eng_.poll(&st, on)) return st;
+    if (notice_held_ && in_flight_n_ == 0) send_notice();
     if (!awaiting_holding_) {
         while (!queue_.empty()) {
             int err = 0;
@@ -256,11 +299,13 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
                 }
                 break; // no room on the QP: after completions
             }
+            queued_bytes_ -= queue_.front().length;
             queue_.pop_front();
         }
     }
     if (!eng_.flush_control(&st)) return st;
     if (!eng_.poll(&st, on)) return st;
+    if (notice_held_ && in_flight_n_ == 0) send_notice();
     return st;
 }
 

@@ -4,7 +4,10 @@
 // receiver advertised in its CTS entry, then RDMA-writes (with immediate) the message's record
 // into the receiver's record ring on the same QP; the write's RC completion is the ack (the
 // receiver holds the data). A message of at most ShortImm::kMaxSize bytes is one write with
-// immediate into the buffer, the immediate standing in for the record. Control messages (CTS
+// immediate into the buffer, the immediate standing in for the record. With multipath a large
+// message is striped over both paths of its connection in pieces: each piece but the last is
+// one write with immediate (PieceImm) at its offset, the last is payload and record; the
+// receiver counts a message's bytes whichever path they came on. Control messages (CTS
 // groups, generation notices and the holding answer, probes, heartbeats, failover requests,
 // goodbyes) travel as SEND/RECV on the same QPs. After a generation notice the sender waits for
 // the receiver's holding answer and never writes a message the receiver already holds (an RDMA
@@ -26,7 +29,12 @@
 
 namespace vigil::net::verbs_fabric {
 
-/// Sending half of a verbs path. Not thread-safe: used under the owning SendComm's lock.
+/// Sending half of a verbs path. Stripes (SendPath::stripes): a piece of a message other
+/// than its last is one write with immediate (PieceImm), its last piece payload writes and a
+/// Record with its offset; every piece's completion reports SendSink::landed. A begin() while
+/// work requests of the old generation are in flight holds the generation notice back until
+/// they completed, so nothing of the old generation lands after the receiver's answer.
+/// Not thread-safe: used under the owning SendComm's lock.
 class VerbsSendPath final : public SendPath
 {
 public:
@@ -41,35 +49,57 @@ public:
     void goodbye() override;
     void sabotage() override;
     uint64_t oldest_referenced() const override;
+    bool stripes() const override { return true; }
+    /// Room for another piece: fewer than kMaxInflight queued.
+    bool can_post() const override { return queue_.size() < kMaxInflight; }
+    /// Payload bytes posted and not yet on a QP (waiting for send-queue room or the
+    /// receiver's holding answer).
+    uint64_t backlog() const override { return queued_bytes_; }
+    /// Payload bytes on the QPs whose writes have not completed: what the port has not yet
+    /// delivered. No system call.
+    uint64_t unsent() const override { return flight_bytes_; }
     PathStatus progress(SendSink &sink) override;
     void rearm(bool arm) override { eng_.qps().rearm(arm); }
     int fd(size_t) const override { return qps_fd_; }
     size_t nfds() const override { return 1; }
 
 private:
-    /// Posts the payload and record of `m` on one QP. False when the QP has no room (the
-    /// message stays queued); sets *err on a failure.
+    /// Posts the payload and record of `m` (a whole message or a piece) on one QP. False when
+    /// the QP has no room (the message stays queued); sets *err on a failure.
     bool transmit(const OutMessage &m, int *err, std::string *why);
     void on_control(const Ctl &h, const uint8_t *payload, size_t len, SendSink &sink, PathStatus *st);
-    /// The record of message `seq` completed: the receiver's memory holds the message, and
-    /// its work requests have left the send queue.
-    void on_record_done(uint64_t seq, SendSink &sink);
+    /// The signaled work request at the head of QP `qi`'s flights completed: the receiver's
+    /// memory holds the message (SendSink::held) or the piece (SendSink::landed), and its
+    /// work requests have left the send queue.
+    void on_done(int qi, uint64_t seq, SendSink &sink);
+    /// Sends the notice begin() held back once nothing of the old generation is in flight.
+    void send_notice();
 
-    /// A message whose record is not completed yet: its send-queue use.
+    /// A message or piece whose signaled work request has not completed: its send-queue use.
     struct Flight {
         uint64_t seq = 0;
-        uint8_t qp = 0;
-        uint8_t wrs = 0; // payload writes + the record
-        bool on = false;
+        uint32_t len = 0;  // payload bytes
+        uint32_t gen = 0;
+        uint8_t wrs = 0;   // payload writes + the completing one
+        bool piece = false;
     };
 
     PathEngine eng_;
     int qps_fd_;
+    int nqps_;
     uint32_t gen_ = 1;
     std::deque<OutMessage> queue_;            // posted, not yet on a QP
-    std::array<Flight, kMaxInflight> flight_{}; // slot seq % kMaxInflight
+    uint64_t queued_bytes_ = 0;               // their payload bytes
+    // Per QP, a ring of kSendDepth flights in posting order (a QP completes its signaled
+    // work requests in order): QP i's are flight_[i * kSendDepth + (k % kSendDepth)] for k in
+    // [fl_head_[i], fl_tail_[i]). Within a generation seqs increase along each ring.
+    std::vector<Flight> flight_;
+    std::array<uint32_t, kMaxQps> fl_head_{}, fl_tail_{};
     uint32_t in_flight_n_ = 0;
+    uint64_t flight_bytes_ = 0;
     bool awaiting_holding_ = false; // after begin(): the receiver's answer comes first
+    bool notice_held_ = false;      // begin()'s notice waits for the old generation's flights
+    Ctl notice_;
     int bad_ = 0;                   // a message post() could not accept (reported by progress)
     std::string bad_why_;
 };
@@ -104,6 +134,8 @@ private:
     void on_record(uint32_t imm, RecvSink &sink, PathStatus *st);
     /// A short message's write with immediate (ShortImm) of `byte_len` bytes completed.
     void on_short(uint32_t imm, uint32_t byte_len, RecvSink &sink, PathStatus *st);
+    /// A piece's write with immediate (PieceImm) of `byte_len` bytes completed.
+    void on_piece(uint32_t imm, uint32_t byte_len, RecvSink &sink, PathStatus *st);
     /// The receiving core refused message `what` (whole() or whole_short() returned `rc`):
     /// the path fails, fatally, with one line saying why.
     void refused(PathStatus *st, int rc, const std::string &what);

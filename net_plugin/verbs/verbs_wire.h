@@ -7,7 +7,8 @@
 //     notices (kGeneration) and the receiver's holding answer, probes, heartbeats, failover requests,
 //     goodbyes;
 //   - the message record the sender RDMA-writes (with immediate) into the receiver's record
-//     ring after a message's payload.
+//     ring after a message's payload, and the immediates that stand in for a record: a short
+//     message's (ShortImm) and a striped message's pieces (PieceImm).
 // Little-endian, fixed sizes, each with a magic; every field read is checked here or by the
 // caller before use.
 #pragma once
@@ -33,7 +34,7 @@ inline uint64_t get_le(const uint8_t *p, int n)
 
 /// Hard bounds, independent of configuration.
 inline constexpr uint32_t kMaxQps = 16;       ///< QPs per path (VIGIL_IB_QPS_PER_CONN)
-inline constexpr uint32_t kRecordBytes = 32;  ///< one message record
+inline constexpr uint32_t kRecordBytes = 40;  ///< one message record
 inline constexpr uint32_t kCtlBytes = 256;    ///< one control message, at most
 
 /// One end of a path as the other needs it to drive its QPs to RTR and write its records.
@@ -85,7 +86,7 @@ struct PathEnd {
 /// Connector -> listener, first bytes on the set-up socket of one path.
 struct Hello {
     static constexpr uint32_t kMagic = 0x48564c56; // "VLVH"
-    static constexpr uint8_t kVersion = 2; ///< 2: short messages (ShortImm)
+    static constexpr uint8_t kVersion = 3; ///< 2: short messages (ShortImm); 3: pieces (PieceImm)
     static constexpr size_t kSize = 48 + PathEnd::kSize;
     uint8_t version = kVersion;
     uint8_t slot = 0;    ///< path slot: 0 primary, 1 backup
@@ -288,11 +289,19 @@ inline Holding decode_holding(const Ctl &h, const uint8_t *p)
 }
 
 /// The record of one message, written into slot seq % ring of the receiver's record ring
-/// with RDMA WRITE with immediate (immediate = the low 31 bits of seq, top bit clear: see
-/// ShortImm) after the payload on the same QP, so its completion proves the payload is in
-/// place. Messages of ShortImm::kMaxSize bytes or less need no record. Layout, 32 bytes:
+/// with RDMA WRITE with immediate (immediate = the low 30 bits of seq, top two bits clear:
+/// see ShortImm and PieceImm) after the payload on the same QP, so its completion proves the
+/// payload is in place. Messages of ShortImm::kMaxSize bytes or less need no record. A
+/// message striped over the paths (multipath) has a record only after its last piece, which
+/// says the piece's offset; its other pieces are one write each (PieceImm). Each message has
+/// at most one record per generation, so a ring slot is rewritten only by the message
+/// kMaxInflight later (which its CTS waits for) or by a replay (which waits for the
+/// receiver's holding answer, sent after every record of the older generation was read).
+/// Layout, 40 bytes:
 ///   [0,8) seq  [8,12) generation  [12,16) size  [16,20) tag  [20] entry  [21,24) zero
-///   [24,32) check: seq ^ size ^ (generation << 32) ^ kMagic
+///   [24,28) offset  [28,32) zero  [32,40) check: seq ^ size ^ (generation << 32) ^
+///   (offset << 16) ^ kMagic
+/// offset is 0 for a whole message, else that of the last piece (< size).
 struct Record {
     static constexpr uint64_t kMagic = 0x56494749'4c524543ull; // "VIGILREC"
     uint64_t seq = 0;
@@ -300,9 +309,14 @@ struct Record {
     uint32_t size = 0;
     int32_t tag = 0;
     uint8_t entry = 0;
-    /// The immediate of a record's write: the low 31 bits of seq.
-    static constexpr uint32_t kImmSeqMask = 0x7fffffffu;
-    uint64_t check() const { return seq ^ size ^ (static_cast<uint64_t>(gen) << 32) ^ kMagic; }
+    uint32_t offset = 0;
+    /// The immediate of a record's write: the low 30 bits of seq.
+    static constexpr uint32_t kImmSeqMask = 0x3fffffffu;
+    static bool is_record(uint32_t imm) { return (imm >> 30) == 0; }
+    uint64_t check() const
+    {
+        return seq ^ size ^ (static_cast<uint64_t>(gen) << 32) ^ (static_cast<uint64_t>(offset) << 16) ^ kMagic;
+    }
     void encode(uint8_t *p) const
     {
         put_le(p, seq, 8);
@@ -311,7 +325,9 @@ struct Record {
         put_le(p + 16, static_cast<uint32_t>(tag), 4);
         p[20] = entry;
         put_le(p + 21, 0, 3);
-        put_le(p + 24, check(), 8);
+        put_le(p + 24, offset, 4);
+        put_le(p + 28, 0, 4);
+        put_le(p + 32, check(), 8);
     }
     const char *decode(const uint8_t *p, uint32_t imm, uint64_t max_message)
     {
@@ -320,12 +336,53 @@ struct Record {
         size = static_cast<uint32_t>(get_le(p + 12, 4));
         tag = static_cast<int32_t>(get_le(p + 16, 4));
         entry = p[20];
-        if (get_le(p + 24, 8) != check()) return "record check mismatch";
+        offset = static_cast<uint32_t>(get_le(p + 24, 4));
+        if (get_le(p + 32, 8) != check()) return "record check mismatch";
         if ((seq & kImmSeqMask) != imm) return "record for another sequence number";
-        if (get_le(p + 21, 3) != 0) return "non-zero reserved field";
+        if (get_le(p + 21, 3) != 0 || get_le(p + 28, 4) != 0) return "non-zero reserved field";
         if (size > max_message) return "message size beyond the limit";
         if (entry >= Ctl::kMaxEntries) return "entry index out of range";
+        if (offset != 0 && offset >= size) return "last piece's offset beyond the message";
         return nullptr;
+    }
+};
+
+/// A piece of a striped message other than its last (multipath): one RDMA WRITE with
+/// immediate of the piece's bytes straight into the advertised buffer at the piece's offset.
+/// Its length is the write's (the receive completion's byte_len), the tag is the entry's, the
+/// message's size comes with its last piece's Record; the sequence number is given modulo
+/// 2^kSeqBits and unwrapped around the receiver's window as ShortImm's, the generation modulo
+/// 2^kGenBits and unwrapped at or below the path's latest notice (a path carries no piece of
+/// a generation before its notice). Layout of the 32-bit immediate (host order):
+///   [31:30] 01  [29:27] entry  [26:14] generation mod 2^13  [13:0] seq mod 2^14
+struct PieceImm {
+    static constexpr int kSeqBits = 14;
+    static constexpr int kGenBits = 13;
+    uint32_t seq_low = 0; ///< seq mod 2^kSeqBits
+    uint32_t gen_low = 0; ///< generation mod 2^kGenBits
+    uint8_t entry = 0;
+
+    static bool is_piece(uint32_t imm) { return (imm >> 30) == 1; }
+    static uint32_t encode(uint64_t seq, uint32_t gen, int entry)
+    {
+        return 1u << 30 | static_cast<uint32_t>(entry & 7) << 27 | (gen & ((1u << kGenBits) - 1)) << kSeqBits |
+               static_cast<uint32_t>(seq & ((1u << kSeqBits) - 1));
+    }
+    /// Decodes an immediate whose top bits are 01. Every field is in range by construction.
+    static PieceImm decode(uint32_t imm)
+    {
+        PieceImm p;
+        p.entry = static_cast<uint8_t>(imm >> 27 & 7);
+        p.gen_low = imm >> kSeqBits & ((1u << kGenBits) - 1);
+        p.seq_low = imm & ((1u << kSeqBits) - 1);
+        return p;
+    }
+    /// The generation with residue gen_low at or below `latest` (and within 2^kGenBits of
+    /// it); 0, older than any, when there is none.
+    uint32_t generation(uint32_t latest) const
+    {
+        const uint32_t back = (latest - gen_low) & ((1u << kGenBits) - 1);
+        return back > latest ? 0 : latest - back;
     }
 };
 

@@ -1,20 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the verbs fabric's wire formats (net_plugin/verbs/verbs_wire.h): the set-up
 // Hello and Answer with their PathEnd, the control message header Ctl, the message Record
-// written into the receiver's record ring, and a short message's immediate (ShortImm). The
+// written into the receiver's record ring, and the immediates of a short message (ShortImm)
+// and of a striped message's piece (PieceImm). The
 // header makes no libibverbs calls, so this target builds with or without rdma-core.
 //
 // Input: up to kCtlBytes (256) bytes. Its first Hello::kSize (152) bytes, zero-padded, are
-// decoded as a Hello, an Answer, a PathEnd and a Record (bytes [32,36) give the immediate,
-// which is also decoded as a short message's when its top bit is set); the whole input as a
+// decoded as a Hello, an Answer, a PathEnd and a Record (bytes [40,44) give the immediate,
+// which is also decoded as a short message's or a piece's when its top bits say so); the
+// whole input as a
 // Ctl of the input's own length, as a RECV slot receives it.
 // Properties: what decodes re-encodes to the same bytes (Answer: its status, and its end when
 // the status is 0; Ctl: its 24-byte header, and a CTS group's entries or a holding answer's
 // bitmap, with the header fields they use, through decode_cts/decode_holding and back), and what the verbs path then trusts is bounded
 // (QP count 1..16 with every used QP number non-zero and 24-bit, MTU 1..5, a CTS group of
 // 1..8 entries of exactly the bytes received, an entry index < 8, a record's size within
-// the limit and its sequence number matching the immediate; a short immediate's fields in
-// range and re-encoding to the same 32 bits).
+// the limit, its last piece's offset inside it and its sequence number matching the
+// immediate; a short or piece immediate's fields in range and re-encoding to the same 32
+// bits, a piece's generation unwrapped at or below the path's).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -116,8 +119,10 @@ void record(const uint8_t *p, uint32_t imm)
 {
     vw::Record r;
     if (r.decode(p, imm, kMaxMessage) != nullptr) return;
-    FUZZ_CHECK((r.seq & vw::Record::kImmSeqMask) == imm && !vw::ShortImm::is_short(imm));
+    FUZZ_CHECK((r.seq & vw::Record::kImmSeqMask) == imm && vw::Record::is_record(imm));
+    FUZZ_CHECK(!vw::ShortImm::is_short(imm) && !vw::PieceImm::is_piece(imm));
     FUZZ_CHECK(r.size <= kMaxMessage && r.entry < vw::Ctl::kMaxEntries);
+    FUZZ_CHECK(r.offset == 0 || r.offset < r.size);
     std::array<uint8_t, vw::kRecordBytes> again{};
     r.encode(again.data());
     FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
@@ -129,6 +134,18 @@ void short_imm(uint32_t imm)
     const vw::ShortImm s = vw::ShortImm::decode(imm);
     FUZZ_CHECK(s.entry < vw::Ctl::kMaxEntries && s.seq_low < (1u << vw::ShortImm::kSeqBits));
     FUZZ_CHECK(vw::ShortImm::encode(s.seq_low, s.entry) == imm);
+}
+
+void piece_imm(uint32_t imm, uint32_t latest)
+{
+    if (!vw::PieceImm::is_piece(imm)) return;
+    const vw::PieceImm s = vw::PieceImm::decode(imm);
+    FUZZ_CHECK(s.entry < vw::Ctl::kMaxEntries && s.seq_low < (1u << vw::PieceImm::kSeqBits));
+    FUZZ_CHECK(s.gen_low < (1u << vw::PieceImm::kGenBits));
+    FUZZ_CHECK(vw::PieceImm::encode(s.seq_low, s.gen_low, s.entry) == imm);
+    const uint32_t g = s.generation(latest);
+    FUZZ_CHECK(g <= latest && (g == 0 || (g & ((1u << vw::PieceImm::kGenBits) - 1)) == s.gen_low));
+    FUZZ_CHECK(g == 0 || latest - g < (1u << vw::PieceImm::kGenBits));
 }
 
 // An exact-size heap copy of the first `n` bytes: ASan sees any read past them.
@@ -161,8 +178,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     hello(Copy(buf, vw::Hello::kSize).p);
     answer(Copy(buf, vw::Answer::kSize).p);
     path_end(Copy(buf, vw::PathEnd::kSize).p);
-    record(Copy(buf, vw::kRecordBytes).p, static_cast<uint32_t>(vw::get_le(buf + 32, 4)));
-    short_imm(static_cast<uint32_t>(vw::get_le(buf + 32, 4)));
+    static_assert(vw::kRecordBytes + 8 <= kIn);
+    const auto imm = static_cast<uint32_t>(vw::get_le(buf + vw::kRecordBytes, 4));
+    record(Copy(buf, vw::kRecordBytes).p, imm);
+    short_imm(imm);
+    piece_imm(imm, static_cast<uint32_t>(vw::get_le(buf + vw::kRecordBytes + 4, 4)));
     // A RECV slot holds kCtlBytes; the message is its first `len` bytes, and a read past
     // them would take stale bytes of an earlier message: the copy ends there.
     const size_t len = std::min(size, static_cast<size_t>(vw::kCtlBytes));

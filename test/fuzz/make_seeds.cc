@@ -295,12 +295,20 @@ void verbs_wire()
     r.size = 65536;
     r.tag = 9;
     r.entry = 7;
-    b = encoded(r, 36);
-    vw::put_le(b.data() + 32, 7, 4); // the immediate: low 31 bits of seq
+    b = encoded(r, vw::kRecordBytes + 8);
+    const size_t at = vw::kRecordBytes; // the immediate follows the record
+    vw::put_le(b.data() + at, 7, 4); // the immediate: low 30 bits of seq
     put("verbs-wire", "record", b);
-    vw::put_le(b.data() + 32, 8, 4);
+    vw::put_le(b.data() + at, 8, 4);
     put("verbs-wire", "near-record-imm", b);
-    vw::put_le(b.data() + 32, vw::ShortImm::encode(0x1234567, 3), 4);
+    r.offset = 32768; // a striped message's last piece
+    b = encoded(r, vw::kRecordBytes + 8);
+    vw::put_le(b.data() + at, 7, 4);
+    put("verbs-wire", "record-last-piece", b);
+    vw::put_le(b.data() + at, vw::PieceImm::encode(0x1234, 9, 5), 4);
+    vw::put_le(b.data() + at + 4, 8200, 4); // the path's latest generation
+    put("verbs-wire", "piece-imm", b);
+    vw::put_le(b.data() + at, vw::ShortImm::encode(0x1234567, 3), 4);
     put("verbs-wire", "short-imm", b);
 }
 

@@ -17,7 +17,12 @@
 // drain() reports the records waiting on the streams (even while `hold` keeps progress()
 // from reading them); fence() drains, then nothing lands any more. With `short_records` too,
 // every record names its sequence number only modulo 2^11 and no tag (RecvSink::whole_short),
-// as the verbs fabric's short messages do.
+// as the verbs fabric's short messages do. With `stripes` too, post() takes pieces as the
+// verbs fabric does under multipath: a piece is one frame whose bytes land in the buffer once
+// it left the outbox (as an RDMA write lands), and the receive half reports it when it polls
+// the frame (RecvSink::piece, piece_last for a message's last, whole for a whole message);
+// the send half hears it landed (SendSink::landed, held for a whole message) on its next
+// progress().
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -63,6 +68,7 @@ struct Frame {
     uint64_t size = 0; // whole message
     uint64_t offset = 0;
     std::vector<uint8_t> bytes;
+    bool piece = false; // RDMA striping: a piece and its bytes, written at `dest` when polled
     // Receive side, split delivery: located, payload not landed yet.
     bool located = false;
     uint8_t *dest = nullptr;
@@ -149,6 +155,13 @@ struct Lane {
     bool rdma = false;
     bool short_records = false;   // records as short immediates (RecvSink::whole_short)
     std::deque<uint64_t> rc_acks; // records acknowledged, not yet reported to the sender
+    struct RcPiece {
+        uint64_t seq = 0, len = 0;
+        uint32_t gen = 0;
+        bool whole = false;
+    };
+    std::deque<RcPiece> rc_pieces; // striping: pieces on the wire, not yet reported landed
+    int pieces_told = 0;           // RecvSink::piece / piece_last calls
     bool fenced = false;          // the receive half was fenced: writes no longer land
     int lose_records = 0;         // the next N messages vanish on the wire (nothing lands)
     int drains = 0;
@@ -315,6 +328,16 @@ public:
     }
     void post(const vn::OutMessage &m) override
     {
+        if (l_.stripes && l_.rdma) { // a piece, one frame: lands when the receive half polls it
+            l_.posted.emplace_back(m.seq, l_.gen);
+            l_.messages.push_back(m);
+            if (l_.fenced) return;
+            Frame f = chunk_of(m, m.offset, m.length, l_.gen);
+            f.piece = true;
+            f.dest = reinterpret_cast<uint8_t *>(m.dest.addr);
+            write(0, std::move(f));
+            return;
+        }
         if (l_.stripes) { // a piece: [offset, offset + length), in frames of `chunk`
             l_.posted.emplace_back(m.seq, l_.gen);
             l_.messages.push_back(m);
@@ -383,6 +406,7 @@ public:
             return vn::PathStatus{.error = l_.send_error, .fatal = l_.send_error_fatal, .detail = "injected"};
         if (!l_.stuck)
             while (!l_.outbox.empty()) {
+                sent(l_, l_.outbox.front().second);
                 l_.streams.at(l_.outbox.front().first).push_back(std::move(l_.outbox.front().second));
                 l_.outbox.pop_front();
             }
@@ -418,6 +442,13 @@ public:
             sink.held(l_.rc_acks.front());
             l_.rc_acks.pop_front();
         }
+        while (!l_.rc_pieces.empty() && !l_.hold_acks) {
+            st.heard = true;
+            const Lane::RcPiece p = l_.rc_pieces.front();
+            l_.rc_pieces.pop_front();
+            if (p.whole) sink.held(p.seq);
+            else sink.landed(p.seq, p.len, p.gen);
+        }
         return st;
     }
     int fd(size_t) const override { return -1; }
@@ -428,8 +459,24 @@ public:
     static void write_to(Lane &l, size_t stream, Frame f)
     {
         if (l.broken || l.drop_data) return;
-        if (l.stuck || !l.outbox.empty()) l.outbox.emplace_back(stream, std::move(f));
-        else l.streams.at(stream).push_back(std::move(f));
+        if (l.stuck || !l.outbox.empty()) {
+            l.outbox.emplace_back(stream, std::move(f));
+        } else {
+            sent(l, f);
+            l.streams.at(stream).push_back(std::move(f));
+        }
+    }
+    // A striped RDMA piece left the sender: its write lands now (unless the receive half was
+    // fenced) and the sender hears the RC ACK on its next progress().
+    static void sent(Lane &l, const Frame &f)
+    {
+        if (!f.piece || l.fenced) return;
+        if (!f.bytes.empty()) {
+            std::memcpy(f.dest + f.offset, f.bytes.data(), f.bytes.size());
+            l.bytes_written += f.bytes.size();
+            l.writes.push_back({f.gen, f.seq, f.offset, f.bytes.size()});
+        }
+        l.rc_pieces.push_back({f.seq, f.bytes.size(), f.gen, f.offset == 0 && f.bytes.size() == f.size});
     }
 
 private:
@@ -642,6 +689,13 @@ private:
     // RDMA mode: the record of `f` polled; the lane's record kind decides how it is told.
     int whole(vn::RecvSink &sink, const Frame &f)
     {
+        constexpr int kPieceBits = 11;
+        if (f.piece && !(f.offset == 0 && f.bytes.size() == f.size)) {
+            ++l_.pieces_told;
+            if (f.offset + f.bytes.size() == f.size)
+                return sink.piece_last(f.gen, f.seq, f.tag, f.size, f.entry, f.bytes.size());
+            return sink.piece(f.gen, f.seq & ((uint64_t{1} << kPieceBits) - 1), kPieceBits, f.bytes.size(), f.entry);
+        }
         ++l_.wholes;
         constexpr int kBits = 11; // few, so that tests cross the wrap
         if (l_.short_records)

@@ -534,6 +534,91 @@ TEST_CASE("a frame larger than its buffer is -EMSGSIZE, sticky, and writes nothi
     CHECK(vigil::to_nccl_result(-EMSGSIZE) == ncclInvalidUsage);
 }
 
+// A piece of a message striped over RDMA paths, forged as the fake's RDMA lanes carry it: its
+// bytes land at `buf` + offset at once (an RDMA write), the receive half reports it when it
+// polls the frame (RecvSink::piece; piece_last for the last).
+void rdma_piece(Lane &w, uint64_t seq, uint64_t size, uint64_t offset, uint64_t len, uint8_t fill, uint8_t *buf,
+                uint32_t gen = 1)
+{
+    vigil::test::fake::Frame f = data_frame(seq, 1, size, offset, len, fill, 0, gen);
+    f.piece = true;
+    f.dest = buf;
+    std::memcpy(buf + offset, f.bytes.data(), len);
+    w.push(0, std::move(f));
+}
+
+TEST_CASE("pieces of a striped RDMA message count once, in their generation, and its last "
+          "piece's size completes it",
+          "[comm][protocol][multipath]")
+{
+    Link L;
+    L.w.rdma = true;
+    std::vector<uint8_t> a(3000, 0);
+    Request *r = must_irecv(L.recv, {a.data()}, {3000}, {1});
+    SECTION("in order")
+    {
+        rdma_piece(L.w, 0, 2500, 0, 1000, 0x11, a.data());
+        rdma_piece(L.w, 0, 2500, 1000, 1000, 0x22, a.data());
+        REQUIRE_FALSE(done(L.recv, r)); // no size yet
+        rdma_piece(L.w, 0, 2500, 2000, 500, 0x33, a.data());
+    }
+    SECTION("the last piece first")
+    {
+        rdma_piece(L.w, 0, 2500, 2000, 500, 0x33, a.data());
+        REQUIRE_FALSE(done(L.recv, r));
+        rdma_piece(L.w, 0, 2500, 1000, 1000, 0x22, a.data());
+        REQUIRE_FALSE(done(L.recv, r));
+        rdma_piece(L.w, 0, 2500, 0, 1000, 0x11, a.data());
+    }
+    SECTION("a newer generation restarts the count, and the older one's pieces no longer count")
+    {
+        rdma_piece(L.w, 0, 2500, 0, 1000, 0x11, a.data(), 1);
+        rdma_piece(L.w, 0, 2500, 0, 1000, 0x11, a.data(), 2);
+        // Counted, these would make 3500 bytes of a 2500-byte message (-EPROTO).
+        rdma_piece(L.w, 0, 2500, 1000, 1000, 0x22, a.data(), 1);
+        rdma_piece(L.w, 0, 2500, 2000, 500, 0x33, a.data(), 1);
+        rdma_piece(L.w, 0, 2500, 1000, 1000, 0x22, a.data(), 2);
+        REQUIRE_FALSE(done(L.recv, r));
+        rdma_piece(L.w, 0, 2500, 2000, 500, 0x33, a.data(), 2);
+    }
+    int sizes = -1;
+    REQUIRE(done(L.recv, r, &sizes));
+    CHECK(sizes == 2500);
+    CHECK(all_equal(a.data(), 1000, 0x11));
+    CHECK(all_equal(a.data() + 1000, 1000, 0x22));
+    CHECK(all_equal(a.data() + 2000, 500, 0x33));
+}
+
+TEST_CASE("pieces of a striped RDMA message beyond its buffer, or beyond the size its last "
+          "piece says, fail the connection",
+          "[comm][protocol][multipath]")
+{
+    Link L;
+    L.w.rdma = true;
+    std::vector<uint8_t> a(4000, 0); // room for the forged bytes: the fake writes them
+    Request *r = must_irecv(L.recv, {a.data()}, {1000}, {1});
+    int want = 0;
+    SECTION("more bytes than the buffer holds, before the size is known")
+    {
+        rdma_piece(L.w, 0, 1600, 0, 800, 0x11, a.data());
+        rdma_piece(L.w, 0, 1600, 800, 800, 0x11, a.data());
+        want = -EMSGSIZE;
+    }
+    SECTION("a last piece whose size is below what landed")
+    {
+        rdma_piece(L.w, 0, 1000, 0, 600, 0x11, a.data());
+        rdma_piece(L.w, 0, 1000, 600, 300, 0x11, a.data());
+        rdma_piece(L.w, 0, 800, 700, 100, 0x11, a.data());
+        want = -EPROTO;
+    }
+    SECTION("a last piece larger than the buffer")
+    {
+        rdma_piece(L.w, 0, 1500, 1000, 500, 0x11, a.data());
+        want = -EMSGSIZE;
+    }
+    CHECK(test_error(L.recv, r) == want);
+}
+
 TEST_CASE("frames that contradict the advertised receives are -EPROTO and write nothing",
           "[comm][protocol]")
 {

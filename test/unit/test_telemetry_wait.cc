@@ -139,12 +139,15 @@ struct AckingSink final : vn::RecvSink {
     void generation(uint32_t, uint64_t, int, uint64_t) override {}
     int whole(uint32_t, uint64_t, int32_t, uint64_t, int) override { return -EPROTO; } // TCP: none
     int whole_short(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
+    int piece(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
+    int piece_last(uint32_t, uint64_t, int32_t, uint64_t, int, uint64_t) override { return -EPROTO; }
 };
 
 struct AckSink final : vn::SendSink {
     uint64_t newest = 0;
     void acked(uint64_t seq) override { newest = std::max(newest, seq); }
     void held(uint64_t) override {}
+    void landed(uint64_t, uint64_t, uint32_t) override {}
     int cts(const vn::CtsGroup &) override { return 0; }
 };
 
