@@ -145,9 +145,10 @@ private:
     PathEngine eng_;
     int qps_fd_;
     bool goodbye_seen_ = false;
-    // The sender's generation on this path as its latest notice said (short messages carry
-    // none; whole() accepts any generation, so an older one is only never adopted).
-    uint32_t gen_ = 0;
+    // The sender's generation on this path as its latest notice said, from the first (1),
+    // which needs none: short messages carry none (whole() accepts any generation), pieces
+    // only its residue (unwrapped at or below it).
+    uint32_t gen_ = 1;
     // Control messages drain() met: handled by the next progress(), in order.
     std::deque<std::vector<uint8_t>> deferred_ctl_;
 };

@@ -22,6 +22,10 @@
 #   degraded       every port shaped to 1 Mbit/s (the port, not the emulated CPU, sets the
 #                  pace), rank 0 streaming to rank 1, then rank 0's primary cut to a quarter:
 #                  `vigil dump` flags rank 0's send primary path on rxe_a0:1, no other path
+#   striped        multipath: every port shaped to 8 Mbit/s, rank 0's primary to 2 Mbit/s; the
+#                  backup carries more of rank 0's bytes than the slow primary (`vigil dump`);
+#                  the active port fails mid-stream and heals (failback, the backup shares
+#                  again), then the shared port fails and heals; the all-reduce stays exact
 # Exit 77 outside the lab (no root, no VIGIL_RXE_TOPO, or no rxe_a0..b1 devices).
 set -euo pipefail
 CASE=${1:?case}
@@ -252,6 +256,52 @@ for line in sys.stdin:
     [[ $got == "$pid0 send primary rxe_a0:1" ]] ||
         fail "expected exactly rank 0's send primary path on rxe_a0:1 ($pid0), got '$got'"
     grep -q "path degraded: send primary dev rxe_a0:1" "$OUT.err0" || fail "no WARN for the degraded path"
+    ;;
+striped)
+    : "${VIGIL_BIN:?}"
+    # Deep tbf queues that never drop (see degraded) and a QP timeout (8.6 s per try) longer
+    # than what two pieces in flight wait in the slow port's queue.
+    export VIGIL_IB_TIMEOUT=21
+    for p in a0 a1 b0 b1; do "$TOPO" shape "$p" 8mbit 10s; done
+    "$TOPO" shape a0 2mbit 10s
+    start --workload allreduce --bytes 1M --loop
+    wait_for "carries pieces beside" 60 0
+    pid0=${PIDS[0]}
+    # sent: bytes rank 0's send paths carried so far, primary then backup.
+    sent() {
+        "$VIGIL_BIN" dump --windows 0 | python3 -c '
+import json, sys
+got = {"primary": 0, "backup": 0}
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["type"] == "path" and r["pid"] == int(sys.argv[1]) and r["kind"] == "send":
+        got[r["slot"]] += r["bytes_total"]
+print(got["primary"], got["backup"])' "$pid0"
+    }
+    sleep 3
+    read -r p1 b1 <<<"$(sent)"
+    sleep 5
+    read -r p2 b2 <<<"$(sent)"
+    echo "rank 0 sent in 5 s: primary (rxe_a0, 2 Mbit/s) $((p2 - p1)) bytes, backup (rxe_a1, 8 Mbit/s) $((b2 - b1)) bytes"
+    ((p2 > p1)) || fail "the slow primary carried nothing"
+    ((b2 - b1 > p2 - p1)) || fail "the backup did not carry more than the slow primary"
+    shares=$(count "carries pieces beside" 0)
+    port a0 down # the active path, with pieces on both
+    wait_for "failover: primary dev rxe_a0:1" 30 0
+    sleep 1
+    port a0 up
+    wait_for "failback to primary dev rxe_a0:1" 60 0
+    wait_count "carries pieces beside" $((shares + 1)) 60 0
+    sleep 2
+    port a1 down # the shared path
+    wait_for "failover: shared path lost" 30 0
+    sleep 1
+    port a1 up
+    wait_count "carries pieces beside" $((shares + 2)) 60 0
+    sleep 2
+    stop_ok
+    echo "rank 0: $(count "failover: " 0) failovers, $(count "failback to primary" 0) failbacks," \
+        "$(count "carries pieces beside" 0) times a backup shared"
     ;;
 counters)
     # Single-packet messages (below the 1024-byte RDMA MTU): a lost packet is retransmitted
