@@ -351,9 +351,12 @@ public:
     /// the message with sequence number residue `seq_residue` (as whole_short()), for entry
     /// `entry` (its tag is the entry's), sent in generation `gen`, are in place. Its size
     /// comes with the message's last piece (piece_last()); until then the bytes are bounded
-    /// by the buffer's capacity. Counted only in the current generation (an older one's
-    /// pieces are rewritten by the replay, a newer one is adopted first), so every byte
-    /// counts once. Returns 0, or -EPROTO / -EMSGSIZE (fatal for the connection).
+    /// by the buffer's capacity. A message counts the pieces of the newest generation it
+    /// has seen: a newer one restarts its count (the sender replays it whole), an older one
+    /// is ignored, so every byte counts once; a piece of a generation older than the
+    /// connection's still counts for a message that has none newer (the write landed, and
+    /// the sender may have seen it land and completed the send). Returns 0, or -EPROTO /
+    /// -EMSGSIZE (fatal for the connection).
     virtual int piece(uint32_t gen, uint64_t seq_residue, int bits, uint64_t len, int entry) = 0;
     /// The last piece of striped message `seq` (whole size `size`, tag `tag`, entry `entry`,
     /// generation `gen`): its `len` bytes are in place, from a record that followed them on

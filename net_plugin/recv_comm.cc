@@ -246,7 +246,6 @@ int RecvComm::SlotSink::whole_short(uint32_t gen, uint64_t seq_residue, int bits
 
 int RecvComm::SlotSink::piece(uint32_t gen, uint64_t seq_residue, int bits, uint64_t len, int entry)
 {
-    if (gen < comm->gen_) return 0; // stale, whichever message it was: the replay rewrites it
     uint64_t seq = 0;
     if (int rc = comm->unwrap_locked(seq_residue, bits, &seq); rc != 0) return rc < 0 ? rc : 0;
     const Request *r = comm->msgs_[seq % kMaxInflight].req;
@@ -287,6 +286,7 @@ Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, ui
     MsgSlot &s = msgs_[seq % kMaxInflight];
     if (s.complete) return p.kind = Placement::kDiscard, p;
     if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return error(rc);
+    restart_count_locked(s, gen);
     p.kind = Placement::kPlace;
     p.dest = s.req->data[static_cast<size_t>(entry)];
     return p;
@@ -351,15 +351,22 @@ int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits
 
 int RecvComm::piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len)
 {
-    // An older generation's piece is rewritten by the replay; its bytes count there.
-    if (gen < gen_) return 0;
     if (gen > gen_) adopt_generation_locked(slot, gen);
     if (seq < floor_) return 0; // a replay of a completed message
     if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return -EPROTO;
     MsgSlot &s = msgs_[seq % kMaxInflight];
-    if (s.complete) return 0;
+    if (s.complete || gen < s.gen) return 0; // older than what it counts: rewritten by a replay
     if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
+    restart_count_locked(s, gen);
     return add_bytes_locked(slot, seq, len);
+}
+
+void RecvComm::restart_count_locked(MsgSlot &s, uint32_t gen) noexcept
+{
+    if (gen > s.gen) {
+        s.got = 0; // the sender replays it whole in this generation
+        s.gen = gen;
+    }
 }
 
 bool RecvComm::still_wanted(uint32_t gen, uint64_t seq) const

@@ -37,11 +37,17 @@ namespace vigil::net {
  *   any --a path the sender rebuilt is accepted--> kLive: the current ack goes out on it and
  *       every group not yet complete is advertised on it again, oldest first.
  *
- * Generations: messages of generation g < gen_ are discarded; the first sign of a newer
- * generation (the sender's notice, or a frame) resets the partial progress of every
- * incomplete message (the sender replays them whole) and bytes of completed messages are
- * never written again (invariant 2). Every CTS group goes out on every live path, so
- * whichever path survives, the sender has every group; it drops the repeats by index.
+ * Generations: a message counts the bytes of one generation, the newest it has seen: the
+ * first frame or piece of a newer one restarts its count (the sender replays a message it
+ * has not seen held whole). TCP frames of a generation older than gen_ are discarded (the
+ * sender replays everything not acknowledged). An RDMA piece of an older generation still
+ * counts for a message that has none of a newer one: its write landed, and the sender may
+ * have seen it land and completed the send, so it never comes again; every such write has
+ * landed and been counted by the time the notice is answered, so a message the answer does
+ * not hold is replayed whole and completes in the new generation. Bytes of completed
+ * messages are never written again (invariant 2). Every CTS group goes out on every live
+ * path, so whichever path survives, the sender has every group; it drops the repeats by
+ * index.
  *
  * Connection, after every progress: a kLive slot and no goodbye: nothing to judge. After a
  * goodbye, receives never matched fail once no slot is live. No slot live with receives
@@ -128,6 +134,7 @@ private:
         Request *req = nullptr; // the irecv covering this seq
         int buf = -1;           // its buffer, once bound by the sender's first frame
         bool sized = false;     // its size is known (a striped RDMA message: from its last piece)
+        uint32_t gen = 0;       // the generation whose bytes `got` counts
         uint64_t got = 0;
         bool complete = false;
     };
@@ -151,6 +158,9 @@ private:
     int unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noexcept;
     /// RecvSink::piece() and piece_last() (the size kUnsized for the former).
     int piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len);
+    /// Bytes of generation `gen` for message `s`: a newer generation than it counts restarts
+    /// its count.
+    static void restart_count_locked(MsgSlot &s, uint32_t gen) noexcept;
     bool still_wanted(uint32_t gen, uint64_t seq) const;
     int landed(int slot, uint64_t seq, uint64_t len, uint32_t gen);
     /// `len` more bytes of message `seq` are in place (through path `slot`); completes it and
@@ -174,8 +184,8 @@ private:
     /// notices (fence the path named, drain the others, answer on the notice's path), then
     /// the ack on every live path when the floor moved. Never called from inside a path.
     void settle_locked() noexcept;
-    /// The newest generation seen is `gen` (> gen_), on path `slot`: forget the partial
-    /// progress of incomplete messages (replays rewrite them whole).
+    /// The newest generation seen is `gen` (> gen_), on path `slot` (each message restarts
+    /// its count on its first bytes of a newer generation).
     void adopt_generation_locked(int slot, uint32_t gen) noexcept;
     /// kLive slot `slot` after one progress(): its status `st` moves it to kLost, kClosed
     /// or kGone, or silence for stall_timeout with receives pending to kLost. False when

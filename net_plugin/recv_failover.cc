@@ -29,13 +29,9 @@ void RecvComm::SlotSink::generation(uint32_t gen, uint64_t /*first_seq*/, int ab
 
 void RecvComm::adopt_generation_locked(int slot, uint32_t gen) noexcept
 {
-    // The sender switched paths and replays every message it has no ack for, whole: forget
-    // the partial progress of incomplete messages (their bytes get rewritten identically).
+    // The sender switched paths and replays every message it has not seen held, whole: each
+    // restarts its count on its first bytes of this generation (RecvComm::restart_count_locked).
     gen_ = gen;
-    for (uint64_t s = floor_; s < next_post_seq_; ++s) {
-        MsgSlot &m = msgs_[s % kMaxInflight];
-        if (!m.complete) m.got = 0;
-    }
     const uint64_t now = now_ns();
     // The other paths show standby until pieces of this generation land on them (multipath).
     for (int i = 0; i < kMaxPaths; ++i) {

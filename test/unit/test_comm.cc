@@ -581,6 +581,18 @@ TEST_CASE("pieces of a striped RDMA message count once, in their generation, and
         REQUIRE_FALSE(done(L.recv, r));
         rdma_piece(L.w, 0, 2500, 2000, 500, 0x33, a.data(), 2);
     }
+    SECTION("an older generation's pieces still count for a message that has none newer")
+    {
+        // The sender saw them land and completed its send before it switched: they never
+        // come again.
+        std::vector<uint8_t> b(100, 0);
+        Request *r2 = must_irecv(L.recv, {b.data()}, {100}, {1});
+        rdma_piece(L.w, 0, 2500, 0, 1000, 0x11, a.data(), 1);
+        rdma_piece(L.w, 1, 100, 0, 100, 0x44, b.data(), 2); // a newer generation, adopted
+        REQUIRE(done(L.recv, r2));
+        rdma_piece(L.w, 0, 2500, 1000, 1000, 0x22, a.data(), 1);
+        rdma_piece(L.w, 0, 2500, 2000, 500, 0x33, a.data(), 1);
+    }
     int sizes = -1;
     REQUIRE(done(L.recv, r, &sizes));
     CHECK(sizes == 2500);

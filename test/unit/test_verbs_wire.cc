@@ -90,3 +90,63 @@ TEST_CASE("verbs wire: a generation notice names at most the second slot", "[wir
     h.encode(msg.data());
     CHECK_THAT(std::string(in.decode(msg.data(), vw::Ctl::kSize)), Catch::Contains("slot"));
 }
+
+TEST_CASE("verbs wire: a striped message's last piece names its offset in its record", "[wire]")
+{
+    std::array<uint8_t, vw::kRecordBytes> b{};
+    vw::Record r;
+    r.seq = 0x1'4000'0007ull;
+    r.gen = 5;
+    r.size = 600000;
+    r.tag = -3;
+    r.entry = 7;
+    r.offset = 524288;
+    r.encode(b.data());
+    const uint32_t imm = static_cast<uint32_t>(r.seq) & vw::Record::kImmSeqMask;
+    REQUIRE(vw::Record::is_record(imm));
+    vw::Record in;
+    REQUIRE(in.decode(b.data(), imm, vn::kMaxMessageBytes) == nullptr);
+    CHECK(in.seq == r.seq);
+    CHECK(in.gen == 5);
+    CHECK(in.size == 600000);
+    CHECK(in.tag == -3);
+    CHECK(in.entry == 7);
+    CHECK(in.offset == 524288);
+    SECTION("the check covers the offset")
+    {
+        b[24] ^= 1;
+        CHECK_THAT(std::string(in.decode(b.data(), imm, vn::kMaxMessageBytes)), Catch::Contains("check"));
+    }
+    SECTION("an offset at or past the size is refused")
+    {
+        r.offset = r.size;
+        r.encode(b.data());
+        CHECK_THAT(std::string(in.decode(b.data(), imm, vn::kMaxMessageBytes)), Catch::Contains("offset"));
+    }
+    SECTION("the immediate must name the record's seq")
+    {
+        CHECK(in.decode(b.data(), imm ^ 1, vn::kMaxMessageBytes) != nullptr);
+    }
+}
+
+TEST_CASE("verbs wire: the three immediates are told apart, and a piece's fields survive", "[wire]")
+{
+    const uint32_t piece = vw::PieceImm::encode(0x12345, 8195, 6);
+    const uint32_t brief = vw::ShortImm::encode(0x12345, 6);
+    const uint32_t record = 0x12345u & vw::Record::kImmSeqMask;
+    CHECK((vw::PieceImm::is_piece(piece) && !vw::ShortImm::is_short(piece) && !vw::Record::is_record(piece)));
+    CHECK((vw::ShortImm::is_short(brief) && !vw::PieceImm::is_piece(brief) && !vw::Record::is_record(brief)));
+    CHECK((vw::Record::is_record(record) && !vw::PieceImm::is_piece(record) && !vw::ShortImm::is_short(record)));
+    const vw::PieceImm p = vw::PieceImm::decode(piece);
+    CHECK(p.entry == 6);
+    CHECK(p.seq_low == (0x12345u & ((1u << vw::PieceImm::kSeqBits) - 1)));
+    CHECK(p.gen_low == 8195u % (1u << vw::PieceImm::kGenBits));
+    // The generation unwraps at or below the path's latest notice.
+    CHECK(p.generation(8195) == 8195);
+    CHECK(p.generation(8200) == 8195);
+    CHECK(p.generation(8195 + 8191) == 8195);
+    CHECK(p.generation(8195 + 8192) == 8195 + 8192);
+    // Below every generation there is: 0, which no receiver counts.
+    CHECK(vw::PieceImm::decode(vw::PieceImm::encode(1, 9, 0)).generation(1) == 0);
+    CHECK(vw::PieceImm::decode(vw::PieceImm::encode(1, 1, 0)).generation(1) == 1);
+}

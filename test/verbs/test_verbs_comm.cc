@@ -3,7 +3,7 @@
 // (test/unit/test_matching.cc, built into this executable too) check: messages larger than
 // one RDMA write across a failover, a remote-key error that must fail the connection at once
 // (no failover: the same write fails on any path), unregistered memory refused with a clear
-// error, and the registration cache.
+// error, the registration cache, and multipath: messages striped over both ports' paths.
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -78,6 +78,72 @@ TEST_CASE("messages of several RDMA writes each, spread over two QPs, exact acro
     }
     t.run();
     CHECK(c.send->stats().failbacks + c.send->stats().rebuilds >= 1);
+}
+
+TEST_CASE("multipath: messages striped over both ports, exact while the active path fails, "
+          "fails back, and the shared path fails",
+          "[comm]")
+{
+    vn::FailoverConfig cfg = lab_config();
+    cfg.multipath = true;
+    cfg.piece_bytes = 64 << 10; // many pieces per message, both paths busy
+    Conn c(cfg, true, true);
+    c.fab.refuse = {false, false};
+    Traffic t(*c.send, *c.recv, 120'000);
+    t.set_registrar(&Conn::reg);
+    // Odd sizes: a last piece shorter than the others, messages of one piece, of none.
+    const std::vector<size_t> sizes{(1u << 20) + 3, 100, 300000, 0, 2u << 20, (64u << 10) + 1};
+    // Queues `rounds` rounds of every size; returns the id of the first message.
+    auto queue = [&](int rounds, int tag) {
+        int first = -1;
+        for (int k = 0; k < rounds; ++k)
+            for (size_t sz : sizes) {
+                const int id = t.send(sz, tag);
+                if (first < 0) first = id;
+                t.recv({2u << 20}, {tag}, {id});
+            }
+        return first;
+    };
+    // Drives both comms until message `id` is posted, so what follows is in flight.
+    auto until_posted = [&](int id) {
+        for (int i = 0; !t.posted(id); ++i) {
+            REQUIRE(i < 100'000);
+            t.poll_recvs();
+            t.post_sends();
+        }
+    };
+    queue(1, 1);
+    t.run();
+    CHECK(c.send->stats().pieces > 0); // the backup carried pieces beside the primary
+    CHECK(c.send->stats().failovers == 0);
+
+    // The active path breaks with pieces in flight on both.
+    until_posted(queue(3, 2) + 1);
+    REQUIRE_FALSE(t.finished());
+    c.break_path(vn::kPrimary);
+    t.run();
+    CHECK(c.send->stats().failovers == 1);
+
+    // The rebuilt primary takes the connection back; then the backup shares again.
+    for (int k = 0; c.send->stats().failbacks == 0; ++k) {
+        REQUIRE(k < 200);
+        queue(1, 3);
+        t.run();
+    }
+    const uint64_t before = c.send->stats().pieces;
+    queue(3, 3);
+    t.run();
+    CHECK(c.send->stats().pieces > before);
+
+    // Now the shared path breaks mid-stream: a new generation on the primary replays.
+    until_posted(queue(3, 4) + 1);
+    REQUIRE_FALSE(t.finished());
+    c.break_path(vn::kBackup);
+    t.run();
+    const auto st = c.send->stats();
+    CHECK(st.failovers == 2);
+    CHECK(st.generation >= 4);
+    t.check_spent();
 }
 
 TEST_CASE("a receive buffer advertised with a wrong remote key fails the connection at once, with "
