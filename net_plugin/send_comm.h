@@ -26,10 +26,11 @@ namespace vigil::net {
  *
  * Multipath (FailoverConfig::multipath, every path's fabric stripes): the bytes not yet posted
  * in this generation ([assign_seq_, assign_off_) on) go out in pieces of piece_bytes, each to
- * the active path when fewer than two pieces wait for its sockets, else to a shared one under
- * the same bound. A path thus takes pieces as fast as its port drains them: a degraded port
- * carries its share, not the pace, and ports shared by several connections (NCCL's channels)
- * are divided by the kernel's own fairness, so no rate estimate can make traffic flap. Without
+ * the active path when fewer than two pieces wait on it (TCP: in its sockets; verbs: as
+ * writes not yet completed), else to a shared one under the same bound. A path thus takes
+ * pieces as fast as its port drains them: a degraded port carries its share, not the pace,
+ * and ports shared by several connections (NCCL's channels) are divided by the port's own
+ * fairness, so no rate estimate can make traffic flap. Without
  * a shared slot, whole messages go to the active path as soon as they are bound.
  *
  * Transitions:
@@ -46,7 +47,8 @@ namespace vigil::net {
  *       the active path (a notice naming the dead slot) and every message not acked is
  *       distributed again over the paths left (a piece may have landed in part).
  *   Active dies with a Shared slot alive: the Shared slot becomes Active, as a Standby would
- *       (its fabric finishes the frames it is in and drops the rest of the old generation).
+ *       (its fabric finishes the frames it is in and drops the rest of the old generation;
+       a verbs path holds its notice until its old writes completed).
  *   Any generation switch re-begins every Shared slot in the new generation and distributes
  *       the replay over all carrying paths.
  *   Dead --rebuild accepted by the peer--> Standby (attempts back off from
