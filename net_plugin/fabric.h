@@ -224,7 +224,9 @@ public:
     /// posts every message it holds no ack for and has not seen held (SendSink::held), in
     /// increasing order; a path may drop those the receiver reports holding (reporting them
     /// through SendSink::held), never send them twice into a buffer that may already be
-    /// NCCL's again.
+    /// NCCL's again. A path whose writes cannot be recalled (RDMA) and that still has writes
+    /// of the old generation in flight sends the notice once they completed, so the
+    /// receiver's answer counts every one that lands.
     virtual void begin(uint64_t first_seq, uint32_t gen, int abandoned, uint64_t abandoned_id) = 0;
     /// Queues `m` for transmission after every message posted before it. Never blocks,
     /// never fails: errors surface from progress(). (seq, offset) increase; sequence numbers

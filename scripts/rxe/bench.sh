@@ -8,13 +8,21 @@
 #   latency    ib_write_lat vs vigil-netbench's latency workload (8-byte ping-pong), RTT/2
 #              p50 both, alternating ROUNDS times; netbench with a receive posted ahead (as
 #              NCCL posts its next steps) and as a plain ping-pong (--recv-ahead 0)
+#   multipath  the cost of multipath on healthy ports: the bandwidth workload (64 KiB and
+#              1 MiB) and the 8-byte latency p50 with multipath and with VIGIL_MULTIPATH=0,
+#              alternating ROUNDS times; medians and their ratio
+#   degraded   every port shaped to BENCH_RATE_MBIT (16) Mbit/s with tbf, then rank 0's
+#              primary port cut to 50 % and 25 % of it: the bandwidth workload (512 KiB
+#              messages, eight in flight) with multipath and with VIGIL_MULTIPATH=0, each
+#              healthy and cut; the fraction of its own healthy rate each keeps, next to the
+#              capacity bound (1 + f) / 2 that multipath can reach (f without it)
 #   failover   FAULTS port faults (rank 0's primary port down, then up) under a looping
 #              all-reduce: per fault the time from the port going down to the plugin's
 #              failover (detection) and from the failover to the first replayed message
 #              acknowledged (the plugin's own INFO line); median and p99
 # From the host:  scripts/rxe/vm.sh 'scripts/rxe/topo.sh up && scripts/rxe/bench.sh'
 # Environment: BENCH_BUILD (build directory, default build), ROUNDS (3), FAULTS (24),
-# BENCH_TESTS (default "bandwidth latency failover"), BENCH_WINDOW (netbench requests in
+# BENCH_TESTS (default "bandwidth latency failover"; "multipath" and "degraded" on request), BENCH_WINDOW (netbench requests in
 # flight, default 32: NCCL's NCCL_NET_MAX_REQUESTS), BENCH_YIELD (1, the default: netbench
 # yields the CPU after a polling pass that moved nothing, as NCCL's proxy thread does, which
 # leaves rxe's kernel work room on the guest's two CPUs; 0: it spins).
@@ -37,6 +45,7 @@ cleanup() {
     local p
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     "$topo" port a0 up >/dev/null 2>&1 || true
+    for p in a0 a1 b0 b1; do "$topo" unshape "$p" >/dev/null 2>&1 || true; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -116,6 +125,69 @@ if [[ $tests == *latency* ]]; then
         printf '| 1000 round trips, %s, median of %d runs | %.1f | %.1f | %.2f |\n' "$row" "$rounds" "$p" "$v" \
             "$(python3 -c "print($v / $p if $p > 0 else 0)")"
     done
+    echo
+fi
+
+if [[ $tests == *multipath* ]]; then
+    echo "| healthy ports | multipath | \`VIGIL_MULTIPATH=0\` | multipath / off |"
+    echo "|---|---|---|---|"
+    declare -A got=()
+    for ((k = 0; k < rounds; k++)); do
+        for mp in 1 0; do
+            for size in 65536 1048576; do
+                iters=$((size >= 1048576 ? 60 : 600))
+                f=$(VIGIL_MULTIPATH=$mp vigil --workload bandwidth --bytes "$size" --iters "$iters" --window "$window")
+                got[bw$size.$mp]+=" $(python3 -c "print($(json "$f" gbps) * 8)")"
+            done
+            f=$(VIGIL_MULTIPATH=$mp vigil --workload latency --bytes 8 --iters 1000 --recv-ahead 1)
+            got[lat.$mp]+=" $(json "$f" lat_p50_us)"
+        done
+    done
+    for row in bw65536 bw1048576 lat; do
+        # shellcheck disable=SC2086 # the lists are words
+        on=$(median ${got[$row.1]}) off=$(median ${got[$row.0]})
+        case $row in
+        bw65536) what="bandwidth, 64 KiB messages (Gbit/s)" ;;
+        bw1048576) what="bandwidth, 1 MiB messages (Gbit/s)" ;;
+        lat) what="latency, 8 B, p50 (us)" ;;
+        esac
+        printf '| %s, median of %d | %.4f | %.4f | %.2f |\n' "$what" "$rounds" "$on" "$off" \
+            "$(python3 -c "print($on / $off if $off > 0 else 0)")"
+    done
+    echo
+fi
+
+if [[ $tests == *degraded* ]]; then
+    rate=${BENCH_RATE_MBIT:-16}
+    # Deep tbf queues that never drop (rxe 6.1 answers some retransmissions of a multi-packet
+    # write with an invalid-request NAK) and a QP timeout longer than their queueing delay.
+    save_timeout=$VIGIL_IB_TIMEOUT
+    export VIGIL_IB_TIMEOUT=21
+    # stream MULTIPATH: rank 0 -> rank 1, 512 KiB messages, eight in flight; prints Gbit/s.
+    stream() {
+        local f
+        f=$(VIGIL_MULTIPATH=$1 vigil --workload bandwidth --bytes 512K --iters 24 --window 8 --check)
+        [[ $(json "$f" ok) == True ]] || { echo "bench: the degraded stream failed" >&2; return 1; }
+        python3 -c "print($(json "$f" gbps) * 8)"
+    }
+    echo "| rank 0's primary cut to | multipath: kept of its healthy rate | capacity bound (1 + f) / 2 | kept / bound | \`VIGIL_MULTIPATH=0\`: kept (bound f) |"
+    echo "|---|---|---|---|---|"
+    for pct in 50 25; do
+        declare -A kept=()
+        for mp in 1 0; do
+            for p in a0 a1 b0 b1; do "$topo" shape "$p" "${rate}mbit" 10s; done
+            h=$(stream "$mp") || break 2
+            "$topo" shape a0 "$((rate * pct / 100))mbit" 10s
+            c=$(stream "$mp") || break 2
+            kept[$mp]=$(python3 -c "print($c / $h if $h > 0 else 0)")
+            printf '  (multipath %s: healthy %.4f, cut %.4f Gbit/s)\n' "$mp" "$h" "$c" >&2
+        done
+        bound=$(python3 -c "print((1 + $pct / 100) / 2)")
+        printf '| %d %% of %d Mbit/s | %.2f | %.3f | %.2f | %.2f |\n' "$pct" "$rate" "${kept[1]}" "$bound" \
+            "$(python3 -c "print(${kept[1]} / $bound)")" "${kept[0]}"
+    done
+    for p in a0 a1 b0 b1; do "$topo" unshape "$p"; done
+    export VIGIL_IB_TIMEOUT=$save_timeout
     echo
 fi
 
