@@ -364,7 +364,8 @@ public:
     /// generation `gen`): its `len` bytes are in place, from a record that followed them on
     /// one QP. Counted as piece() counts; completes the message once its pieces cover
     /// `size`. Returns 0, or -EPROTO / -EMSGSIZE (fatal for the connection).
-    virtual int piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len) = 0;
+    virtual int piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,
+                           uint64_t len) = 0;
 
 protected:
     ~RecvSink() = default;

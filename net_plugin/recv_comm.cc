@@ -250,10 +250,12 @@ int RecvComm::SlotSink::piece(uint32_t gen, uint64_t seq_residue, int bits, uint
     if (int rc = comm->unwrap_locked(seq_residue, bits, &seq); rc != 0) return rc < 0 ? rc : 0;
     const Request *r = comm->msgs_[seq % kMaxInflight].req;
     if (entry < 0 || entry >= r->n) return -EPROTO;
-    return comm->piece(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, kUnsized, entry, len);
+    return comm->piece(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, kUnsized,
+                       entry, len);
 }
 
-int RecvComm::SlotSink::piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len)
+int RecvComm::SlotSink::piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size,
+                                   int entry, uint64_t len)
 {
     if (size == kUnsized || len > size) return -EPROTO;
     return comm->piece(slot, gen, seq, tag, size, entry, len);
@@ -340,7 +342,8 @@ int RecvComm::unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noe
     return 0;
 }
 
-int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry)
+int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size,
+                          int entry)
 {
     uint64_t seq = 0;
     if (int rc = unwrap_locked(seq_residue, bits, &seq); rc != 0) return rc < 0 ? rc : 0;
@@ -349,7 +352,8 @@ int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits
     return whole(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, size, entry);
 }
 
-int RecvComm::piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len)
+int RecvComm::piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,
+                    uint64_t len)
 {
     if (gen > gen_) adopt_generation_locked(slot, gen);
     if (seq < floor_) return 0; // a replay of a completed message

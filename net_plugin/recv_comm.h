@@ -109,7 +109,8 @@ private:
         int whole(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry) override;
         int whole_short(uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry) override;
         int piece(uint32_t gen, uint64_t seq_residue, int bits, uint64_t len, int entry) override;
-        int piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len) override;
+        int piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,
+                       uint64_t len) override;
     };
     struct PathSlot {
         std::unique_ptr<RecvPath> path;
@@ -157,7 +158,8 @@ private:
     /// -EPROTO for one outside what was advertised or a bad `bits`.
     int unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noexcept;
     /// RecvSink::piece() and piece_last() (the size kUnsized for the former).
-    int piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry, uint64_t len);
+    int piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,
+              uint64_t len);
     /// Bytes of generation `gen` for message `s`: a newer generation than it counts restarts
     /// its count.
     static void restart_count_locked(MsgSlot &s, uint32_t gen) noexcept;

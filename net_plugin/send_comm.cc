@@ -338,7 +338,9 @@ void SendComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
 void SendComm::on_landed(uint64_t seq, uint64_t len, uint32_t gen) noexcept
 {
     // An older generation's pieces do not count: the switch replays the message whole.
-    if (gen != gen_ || seq < acked_ || seq < ack_seen_ || seq >= next_seq_ || held_[seq % kMaxInflight]) return;
+    if (gen != gen_ || seq < acked_ || seq < ack_seen_ || seq >= next_seq_ ||
+        held_[seq % kMaxInflight])
+        return;
     SendMsg &m = msgs_[seq % kMaxInflight];
     if (m.landed_gen != gen) {
         m.landed_gen = gen;

@@ -48,7 +48,7 @@ namespace vigil::net {
  *       distributed again over the paths left (a piece may have landed in part).
  *   Active dies with a Shared slot alive: the Shared slot becomes Active, as a Standby would
  *       (its fabric finishes the frames it is in and drops the rest of the old generation;
-       a verbs path holds its notice until its old writes completed).
+ *       a verbs path holds its notice until its old writes completed).
  *   Any generation switch re-begins every Shared slot in the new generation and distributes
  *       the replay over all carrying paths.
  *   Dead --rebuild accepted by the peer--> Standby (attempts back off from

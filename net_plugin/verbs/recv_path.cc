@@ -92,9 +92,12 @@ void VerbsRecvPath::sabotage()
 void VerbsRecvPath::on_write(const ibv_wc &w, RecvSink &sink, PathStatus *st)
 {
     const uint32_t imm = ntohl(w.imm_data);
-    if (ShortImm::is_short(imm)) on_short(imm, w.byte_len, sink, st);
-    else if (PieceImm::is_piece(imm)) on_piece(imm, w.byte_len, sink, st);
-    else on_record(imm, sink, st);
+    if (ShortImm::is_short(imm))
+        on_short(imm, w.byte_len, sink, st);
+    else if (PieceImm::is_piece(imm))
+        on_piece(imm, w.byte_len, sink, st);
+    else
+        on_record(imm, sink, st);
 }
 
 void VerbsRecvPath::on_record(uint32_t imm, RecvSink &sink, PathStatus *st)
@@ -106,14 +109,14 @@ void VerbsRecvPath::on_record(uint32_t imm, RecvSink &sink, PathStatus *st)
     }
     // The payload writes came before the record on its QP: the whole message (a striped
     // message's last piece) is in place.
-    const int rc = rec.offset == 0
-                       ? sink.whole(rec.gen, rec.seq, rec.tag, rec.size, rec.entry)
-                       : sink.piece_last(rec.gen, rec.seq, rec.tag, rec.size, rec.entry, rec.size - rec.offset);
+    const int rc = rec.offset == 0 ? sink.whole(rec.gen, rec.seq, rec.tag, rec.size, rec.entry)
+                                   : sink.piece_last(rec.gen, rec.seq, rec.tag, rec.size, rec.entry,
+                                                     rec.size - rec.offset);
     if (rc != 0)
         refused(st, rc,
-                "message seq " + std::to_string(rec.seq) + " tag " + std::to_string(rec.tag) + " size " +
-                    std::to_string(rec.size) + " (from offset " + std::to_string(rec.offset) + ") for buffer " +
-                    std::to_string(rec.entry));
+                "message seq " + std::to_string(rec.seq) + " tag " + std::to_string(rec.tag) +
+                    " size " + std::to_string(rec.size) + " (from offset " +
+                    std::to_string(rec.offset) + ") for buffer " + std::to_string(rec.entry));
 }
 
 void VerbsRecvPath::refused(PathStatus *st, int rc, const std::string &what)
@@ -141,10 +144,12 @@ void VerbsRecvPath::on_piece(uint32_t imm, uint32_t byte_len, RecvSink &sink, Pa
     const PieceImm p = PieceImm::decode(imm);
     // Its generation is at or below this path's latest notice: a path carries nothing of a
     // generation before its notice.
-    if (int rc = sink.piece(p.generation(gen_), p.seq_low, PieceImm::kSeqBits, byte_len, p.entry); rc != 0)
+    if (int rc = sink.piece(p.generation(gen_), p.seq_low, PieceImm::kSeqBits, byte_len, p.entry);
+        rc != 0)
         refused(st, rc,
-                "piece of seq " + std::to_string(p.seq_low) + " (mod 2^" + std::to_string(PieceImm::kSeqBits) +
-                    ") of " + std::to_string(byte_len) + " bytes for buffer " + std::to_string(p.entry));
+                "piece of seq " + std::to_string(p.seq_low) + " (mod 2^" +
+                    std::to_string(PieceImm::kSeqBits) + ") of " + std::to_string(byte_len) +
+                    " bytes for buffer " + std::to_string(p.entry));
 }
 
 void VerbsRecvPath::on_control(const uint8_t *m, size_t len, RecvSink &sink, PathStatus *st)

@@ -17,7 +17,8 @@ namespace {
 /// Largest payload of one RDMA write (InfiniBand allows 2^31; many ports say 2^30).
 constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 30;
 static_assert(2 * kMaxInflight <= (1 << ShortImm::kSeqBits), "a short immediate's seq must unwrap unambiguously");
-static_assert(2 * kMaxInflight <= (1 << PieceImm::kSeqBits), "a piece immediate's seq must unwrap unambiguously");
+static_assert(2 * kMaxInflight <= (1 << PieceImm::kSeqBits),
+              "a piece immediate's seq must unwrap unambiguously");
 
 } // namespace
 
@@ -161,7 +162,8 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         for (uint64_t c = 0; c < chunks; ++c, ++k) {
             const uint64_t off = c * kMaxWriteBytes;
             const uint64_t len = std::min<uint64_t>(kMaxWriteBytes, m.length - off);
-            sge[k] = ibv_sge{reinterpret_cast<uintptr_t>(from + off), static_cast<uint32_t>(len), lkey};
+            sge[k] =
+                ibv_sge{reinterpret_cast<uintptr_t>(from + off), static_cast<uint32_t>(len), lkey};
             wr[k].wr_id = WrId::make(WrId::kData, m.seq);
             wr[k].sg_list = &sge[k];
             wr[k].num_sge = 1;
@@ -209,8 +211,10 @@ void VerbsSendPath::on_done(int qi, uint64_t seq, SendSink &sink)
     eng_.sq_used(qi) -= f.wrs;
     (void)seq; // f.seq: a QP completes its signaled work requests in order
     // RC: the receiver's memory holds what the write carried.
-    if (f.piece) sink.landed(f.seq, f.len, f.gen);
-    else sink.held(f.seq);
+    if (f.piece)
+        sink.landed(f.seq, f.len, f.gen);
+    else
+        sink.held(f.seq);
 }
 
 void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendSink &sink, PathStatus *st)

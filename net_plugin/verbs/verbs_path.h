@@ -78,9 +78,9 @@ private:
     /// A message or piece whose signaled work request has not completed: its send-queue use.
     struct Flight {
         uint64_t seq = 0;
-        uint32_t len = 0;  // payload bytes
+        uint32_t len = 0; // payload bytes
         uint32_t gen = 0;
-        uint8_t wrs = 0;   // payload writes + the completing one
+        uint8_t wrs = 0; // payload writes + the completing one
         bool piece = false;
     };
 

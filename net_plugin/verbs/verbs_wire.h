@@ -315,7 +315,8 @@ struct Record {
     static bool is_record(uint32_t imm) { return (imm >> 30) == 0; }
     uint64_t check() const
     {
-        return seq ^ size ^ (static_cast<uint64_t>(gen) << 32) ^ (static_cast<uint64_t>(offset) << 16) ^ kMagic;
+        return seq ^ size ^ (static_cast<uint64_t>(gen) << 32) ^
+               (static_cast<uint64_t>(offset) << 16) ^ kMagic;
     }
     void encode(uint8_t *p) const
     {
@@ -365,7 +366,8 @@ struct PieceImm {
     static bool is_piece(uint32_t imm) { return (imm >> 30) == 1; }
     static uint32_t encode(uint64_t seq, uint32_t gen, int entry)
     {
-        return 1u << 30 | static_cast<uint32_t>(entry & 7) << 27 | (gen & ((1u << kGenBits) - 1)) << kSeqBits |
+        return 1u << 30 | static_cast<uint32_t>(entry & 7) << 27 |
+               (gen & ((1u << kGenBits) - 1)) << kSeqBits |
                static_cast<uint32_t>(seq & ((1u << kSeqBits) - 1));
     }
     /// Decodes an immediate whose top bits are 01. Every field is in range by construction.

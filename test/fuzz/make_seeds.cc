@@ -297,7 +297,7 @@ void verbs_wire()
     r.entry = 7;
     b = encoded(r, vw::kRecordBytes + 8);
     const size_t at = vw::kRecordBytes; // the immediate follows the record
-    vw::put_le(b.data() + at, 7, 4); // the immediate: low 30 bits of seq
+    vw::put_le(b.data() + at, 7, 4);    // the immediate: low 30 bits of seq
     put("verbs-wire", "record", b);
     vw::put_le(b.data() + at, 8, 4);
     put("verbs-wire", "near-record-imm", b);

@@ -446,8 +446,10 @@ public:
             st.heard = true;
             const Lane::RcPiece p = l_.rc_pieces.front();
             l_.rc_pieces.pop_front();
-            if (p.whole) sink.held(p.seq);
-            else sink.landed(p.seq, p.len, p.gen);
+            if (p.whole)
+                sink.held(p.seq);
+            else
+                sink.landed(p.seq, p.len, p.gen);
         }
         return st;
     }
@@ -476,7 +478,8 @@ public:
             l.bytes_written += f.bytes.size();
             l.writes.push_back({f.gen, f.seq, f.offset, f.bytes.size()});
         }
-        l.rc_pieces.push_back({f.seq, f.bytes.size(), f.gen, f.offset == 0 && f.bytes.size() == f.size});
+        l.rc_pieces.push_back(
+            {f.seq, f.bytes.size(), f.gen, f.offset == 0 && f.bytes.size() == f.size});
     }
 
 private:
@@ -694,7 +697,8 @@ private:
             ++l_.pieces_told;
             if (f.offset + f.bytes.size() == f.size)
                 return sink.piece_last(f.gen, f.seq, f.tag, f.size, f.entry, f.bytes.size());
-            return sink.piece(f.gen, f.seq & ((uint64_t{1} << kPieceBits) - 1), kPieceBits, f.bytes.size(), f.entry);
+            return sink.piece(f.gen, f.seq & ((uint64_t{1} << kPieceBits) - 1), kPieceBits,
+                              f.bytes.size(), f.entry);
         }
         ++l_.wholes;
         constexpr int kBits = 11; // few, so that tests cross the wrap

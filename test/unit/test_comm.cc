@@ -537,8 +537,8 @@ TEST_CASE("a frame larger than its buffer is -EMSGSIZE, sticky, and writes nothi
 // A piece of a message striped over RDMA paths, forged as the fake's RDMA lanes carry it: its
 // bytes land at `buf` + offset at once (an RDMA write), the receive half reports it when it
 // polls the frame (RecvSink::piece; piece_last for the last).
-void rdma_piece(Lane &w, uint64_t seq, uint64_t size, uint64_t offset, uint64_t len, uint8_t fill, uint8_t *buf,
-                uint32_t gen = 1)
+void rdma_piece(Lane &w, uint64_t seq, uint64_t size, uint64_t offset, uint64_t len, uint8_t fill,
+                uint8_t *buf, uint32_t gen = 1)
 {
     vigil::test::fake::Frame f = data_frame(seq, 1, size, offset, len, fill, 0, gen);
     f.piece = true;

@@ -120,8 +120,10 @@ TEST_CASE("multipath: the shared path fails mid-message: a new generation on the
 {
     const bool rdma = GENERATE(false, true); // TCP streams, or pieces as RDMA writes
     Net n(config());
-    if (rdma) striping_rdma(n);
-    else striping(n);
+    if (rdma)
+        striping_rdma(n);
+    else
+        striping(n);
     Traffic t(*n.send, *n.recv);
     n.primary().stuck = true;
     t.recv({10000}, {1}, {0});
@@ -170,8 +172,10 @@ TEST_CASE("multipath: the active path fails mid-message: the shared path becomes
 {
     const bool rdma = GENERATE(false, true);
     Net n(config());
-    if (rdma) striping_rdma(n);
-    else striping(n);
+    if (rdma)
+        striping_rdma(n);
+    else
+        striping(n);
     Traffic t(*n.send, *n.recv);
     n.primary().stuck = true;
     t.recv({10000}, {1}, {0});
@@ -212,8 +216,6 @@ TEST_CASE("multipath: off, or a fabric that does not stripe, keeps the backup a 
     CHECK(n.send->stats().pieces == 0);
     n.check_posting();
 }
-
-
 
 TEST_CASE("multipath over RDMA: a message's pieces land over both paths and complete it at "
           "both ends",

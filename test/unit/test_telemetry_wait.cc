@@ -140,7 +140,10 @@ struct AckingSink final : vn::RecvSink {
     int whole(uint32_t, uint64_t, int32_t, uint64_t, int) override { return -EPROTO; } // TCP: none
     int whole_short(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
     int piece(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
-    int piece_last(uint32_t, uint64_t, int32_t, uint64_t, int, uint64_t) override { return -EPROTO; }
+    int piece_last(uint32_t, uint64_t, int32_t, uint64_t, int, uint64_t) override
+    {
+        return -EPROTO;
+    }
 };
 
 struct AckSink final : vn::SendSink {

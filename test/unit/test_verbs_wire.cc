@@ -115,13 +115,15 @@ TEST_CASE("verbs wire: a striped message's last piece names its offset in its re
     SECTION("the check covers the offset")
     {
         b[24] ^= 1;
-        CHECK_THAT(std::string(in.decode(b.data(), imm, vn::kMaxMessageBytes)), Catch::Contains("check"));
+        CHECK_THAT(std::string(in.decode(b.data(), imm, vn::kMaxMessageBytes)),
+                   Catch::Contains("check"));
     }
     SECTION("an offset at or past the size is refused")
     {
         r.offset = r.size;
         r.encode(b.data());
-        CHECK_THAT(std::string(in.decode(b.data(), imm, vn::kMaxMessageBytes)), Catch::Contains("offset"));
+        CHECK_THAT(std::string(in.decode(b.data(), imm, vn::kMaxMessageBytes)),
+                   Catch::Contains("offset"));
     }
     SECTION("the immediate must name the record's seq")
     {
@@ -134,9 +136,12 @@ TEST_CASE("verbs wire: the three immediates are told apart, and a piece's fields
     const uint32_t piece = vw::PieceImm::encode(0x12345, 8195, 6);
     const uint32_t brief = vw::ShortImm::encode(0x12345, 6);
     const uint32_t record = 0x12345u & vw::Record::kImmSeqMask;
-    CHECK((vw::PieceImm::is_piece(piece) && !vw::ShortImm::is_short(piece) && !vw::Record::is_record(piece)));
-    CHECK((vw::ShortImm::is_short(brief) && !vw::PieceImm::is_piece(brief) && !vw::Record::is_record(brief)));
-    CHECK((vw::Record::is_record(record) && !vw::PieceImm::is_piece(record) && !vw::ShortImm::is_short(record)));
+    CHECK((vw::PieceImm::is_piece(piece) && !vw::ShortImm::is_short(piece) &&
+           !vw::Record::is_record(piece)));
+    CHECK((vw::ShortImm::is_short(brief) && !vw::PieceImm::is_piece(brief) &&
+           !vw::Record::is_record(brief)));
+    CHECK((vw::Record::is_record(record) && !vw::PieceImm::is_piece(record) &&
+           !vw::ShortImm::is_short(record)));
     const vw::PieceImm p = vw::PieceImm::decode(piece);
     CHECK(p.entry == 6);
     CHECK(p.seq_low == (0x12345u & ((1u << vw::PieceImm::kSeqBits) - 1)));
