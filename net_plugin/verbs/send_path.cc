@@ -199,22 +199,24 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     return true;
 }
 
-void VerbsSendPath::on_done(int qi, uint64_t seq, SendSink &sink)
+void VerbsSendPath::on_done(int qi, SendSink &sink)
 {
     const size_t r = static_cast<size_t>(qi);
     if (qi < 0 || qi >= nqps_ || fl_head_[r] == fl_tail_[r]) return;
     // The completing work request was the last of its message (piece) on its QP and the only
-    // signaled one: its completion retires the unsignaled payload writes before it.
+    // signaled one: its completion retires the unsignaled payload writes before it. A QP
+    // completes its signaled work requests in order: it is the ring's head.
     const Flight f = flight_[r * kSendDepth + fl_head_[r]++ % kSendDepth];
     --in_flight_n_;
     flight_bytes_ -= f.len;
     eng_.sq_used(qi) -= f.wrs;
-    (void)seq; // f.seq: a QP completes its signaled work requests in order
     // RC: the receiver's memory holds what the write carried.
     if (f.piece)
         sink.landed(f.seq, f.len, f.gen);
     else
         sink.held(f.seq);
+    // The old generation's last write landed: begin()'s notice may go.
+    if (in_flight_n_ == 0 && notice_held_) send_notice();
 }
 
 void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendSink &sink, PathStatus *st)
@@ -270,7 +272,7 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
     auto on = [&](const ibv_wc &w, int qi) {
         const uint64_t kind = WrId::kind(w.wr_id);
         if (kind == WrId::kRecord) {
-            on_done(qi, WrId::value(w.wr_id), sink);
+            on_done(qi, sink);
             return true;
         }
         if (kind == WrId::kRecv) {
@@ -291,7 +293,6 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
         return true;
     };
     if (!eng_.poll(&st, on)) return st;
-    if (notice_held_ && in_flight_n_ == 0) send_notice();
     if (!awaiting_holding_) {
         while (!queue_.empty()) {
             int err = 0;
@@ -309,7 +310,6 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
     }
     if (!eng_.flush_control(&st)) return st;
     if (!eng_.poll(&st, on)) return st;
-    if (notice_held_ && in_flight_n_ == 0) send_notice();
     return st;
 }
 

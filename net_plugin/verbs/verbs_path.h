@@ -70,9 +70,10 @@ private:
     void on_control(const Ctl &h, const uint8_t *payload, size_t len, SendSink &sink, PathStatus *st);
     /// The signaled work request at the head of QP `qi`'s flights completed: the receiver's
     /// memory holds the message (SendSink::held) or the piece (SendSink::landed), and its
-    /// work requests have left the send queue.
-    void on_done(int qi, uint64_t seq, SendSink &sink);
-    /// Sends the notice begin() held back once nothing of the old generation is in flight.
+    /// work requests have left the send queue. The last flight sends a held notice.
+    void on_done(int qi, SendSink &sink);
+    /// Sends the notice begin() held back (at once when nothing is in flight, else from
+    /// on_done() when the old generation's last write completed).
     void send_notice();
 
     /// A message or piece whose signaled work request has not completed: its send-queue use.
