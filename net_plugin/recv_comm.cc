@@ -247,11 +247,10 @@ int RecvComm::SlotSink::whole_short(uint32_t gen, uint64_t seq_residue, int bits
 int RecvComm::SlotSink::piece(uint32_t gen, uint64_t seq_residue, int bits, uint64_t len, int entry)
 {
     uint64_t seq = 0;
-    if (int rc = comm->unwrap_locked(seq_residue, bits, &seq); rc != 0) return rc < 0 ? rc : 0;
-    const Request *r = comm->msgs_[seq % kMaxInflight].req;
-    if (entry < 0 || entry >= r->n) return -EPROTO;
-    return comm->piece(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, kUnsized,
-                       entry, len);
+    int32_t tag = 0;
+    if (int rc = comm->unwrap_locked(seq_residue, bits, entry, &seq, &tag); rc != 0)
+        return rc < 0 ? rc : 0;
+    return comm->piece(slot, gen, seq, tag, kUnsized, entry, len);
 }
 
 int RecvComm::SlotSink::piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size,
@@ -330,7 +329,8 @@ int RecvComm::whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t 
     return add_bytes_locked(slot, seq, size - s.got);
 }
 
-int RecvComm::unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noexcept
+int RecvComm::unwrap_locked(uint64_t residue, int bits, int entry, uint64_t *seq,
+                            int32_t *tag) const noexcept
 {
     if (bits < 2 || bits > 32 || (uint64_t{1} << (bits - 1)) <= static_cast<uint64_t>(kMaxInflight)) return -EPROTO;
     const uint64_t mod = uint64_t{1} << bits, half = mod / 2;
@@ -339,6 +339,9 @@ int RecvComm::unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noe
     *seq = base + ((residue - base) & (mod - 1));
     if (*seq < floor_) return 1; // a replay of a completed message
     if (*seq >= next_post_seq_ || *seq - floor_ >= kMaxInflight) return -EPROTO;
+    const Request *r = msgs_[*seq % kMaxInflight].req;
+    if (entry < 0 || entry >= r->n) return -EPROTO;
+    *tag = r->cts.entries[static_cast<size_t>(entry)].tag;
     return 0;
 }
 
@@ -346,10 +349,10 @@ int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits
                           int entry)
 {
     uint64_t seq = 0;
-    if (int rc = unwrap_locked(seq_residue, bits, &seq); rc != 0) return rc < 0 ? rc : 0;
-    const Request *r = msgs_[seq % kMaxInflight].req;
-    if (entry < 0 || entry >= r->n) return -EPROTO;
-    return whole(slot, gen, seq, r->cts.entries[static_cast<size_t>(entry)].tag, size, entry);
+    int32_t tag = 0;
+    if (int rc = unwrap_locked(seq_residue, bits, entry, &seq, &tag); rc != 0)
+        return rc < 0 ? rc : 0;
+    return whole(slot, gen, seq, tag, size, entry);
 }
 
 int RecvComm::piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,

@@ -154,9 +154,11 @@ private:
     int bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) noexcept;
     static constexpr uint64_t kUnsized = ~0ull;
     /// The message with sequence number residue `residue` mod 2^`bits` nearest the window
-    /// (RecvSink::whole_short) into *seq. 0; 1 for one below the floor (complete: ignore);
-    /// -EPROTO for one outside what was advertised or a bad `bits`.
-    int unwrap_locked(uint64_t residue, int bits, uint64_t *seq) const noexcept;
+    /// (RecvSink::whole_short, piece) into *seq, and the tag of its buffer `entry` into *tag.
+    /// 0; 1 for one below the floor (complete: ignore); -EPROTO for one outside what was
+    /// advertised, an entry its receive does not have, or a bad `bits`.
+    int unwrap_locked(uint64_t residue, int bits, int entry, uint64_t *seq,
+                      int32_t *tag) const noexcept;
     /// RecvSink::piece() and piece_last() (the size kUnsized for the former).
     int piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,
               uint64_t len);
