@@ -68,7 +68,9 @@ struct Frame {
     uint64_t size = 0; // whole message
     uint64_t offset = 0;
     std::vector<uint8_t> bytes;
-    bool piece = false; // RDMA striping: a piece and its bytes, written at `dest` when polled
+    bool piece = false; // RDMA striping: a piece and its bytes, written at `dest` when sent
+    // A piece that is the whole message (told as whole(), acknowledged as held()).
+    bool whole_piece() const { return offset == 0 && bytes.size() == size; }
     // Receive side, split delivery: located, payload not landed yet.
     bool located = false;
     uint8_t *dest = nullptr;
@@ -328,7 +330,7 @@ public:
     }
     void post(const vn::OutMessage &m) override
     {
-        if (l_.stripes && l_.rdma) { // a piece, one frame: lands when the receive half polls it
+        if (l_.stripes && l_.rdma) { // a piece, one frame: lands when it leaves the outbox
             l_.posted.emplace_back(m.seq, l_.gen);
             l_.messages.push_back(m);
             if (l_.fenced) return;
@@ -478,8 +480,7 @@ public:
             l.bytes_written += f.bytes.size();
             l.writes.push_back({f.gen, f.seq, f.offset, f.bytes.size()});
         }
-        l.rc_pieces.push_back(
-            {f.seq, f.bytes.size(), f.gen, f.offset == 0 && f.bytes.size() == f.size});
+        l.rc_pieces.push_back({f.seq, f.bytes.size(), f.gen, f.whole_piece()});
     }
 
 private:
@@ -692,16 +693,15 @@ private:
     // RDMA mode: the record of `f` polled; the lane's record kind decides how it is told.
     int whole(vn::RecvSink &sink, const Frame &f)
     {
-        constexpr int kPieceBits = 11;
-        if (f.piece && !(f.offset == 0 && f.bytes.size() == f.size)) {
+        constexpr int kBits = 11; // few, so that tests cross the wrap
+        if (f.piece && !f.whole_piece()) {
             ++l_.pieces_told;
             if (f.offset + f.bytes.size() == f.size)
                 return sink.piece_last(f.gen, f.seq, f.tag, f.size, f.entry, f.bytes.size());
-            return sink.piece(f.gen, f.seq & ((uint64_t{1} << kPieceBits) - 1), kPieceBits,
-                              f.bytes.size(), f.entry);
+            return sink.piece(f.gen, f.seq & ((uint64_t{1} << kBits) - 1), kBits, f.bytes.size(),
+                              f.entry);
         }
         ++l_.wholes;
-        constexpr int kBits = 11; // few, so that tests cross the wrap
         if (l_.short_records)
             return sink.whole_short(f.gen, f.seq & ((uint64_t{1} << kBits) - 1), kBits, f.size, f.entry);
         return sink.whole(f.gen, f.seq, f.tag, f.size, f.entry);
