@@ -22,7 +22,8 @@
 #              acknowledged (the plugin's own INFO line); median and p99
 # From the host:  scripts/rxe/vm.sh 'scripts/rxe/topo.sh up && scripts/rxe/bench.sh'
 # Environment: BENCH_BUILD (build directory, default build), ROUNDS (3), FAULTS (24),
-# BENCH_TESTS (default "bandwidth latency failover"; "multipath" and "degraded" on request), BENCH_WINDOW (netbench requests in
+# BENCH_TESTS (default "bandwidth latency failover"; "multipath" and "degraded" on request),
+# BENCH_RATE_MBIT (16, for degraded), BENCH_WINDOW (netbench requests in
 # flight, default 32: NCCL's NCCL_NET_MAX_REQUESTS), BENCH_YIELD (1, the default: netbench
 # yields the CPU after a polling pass that moved nothing, as NCCL's proxy thread does, which
 # leaves rxe's kernel work room on the guest's two CPUs; 0: it spins).
