@@ -3,12 +3,15 @@
 # The tuner in the lab, no GPU: 4 hosts x 2 ports (every port shaped to 800 Mbit/s), a
 # redis-server of ours in host 0 on its port-1 address, and a 4-rank ring all-reduce through
 # libnccl-net-vigil.so whose own ncclTunerPlugin (vigil-netbench --tuner net) is asked per
-# collective like NCCL's enqueue asks it (one collective per block). Once the ring runs,
-# host 2's port 0 is cut to 200 Mbit/s with tbf: the net plugin judges the loaded path
-# degraded, the ranks publish it, and every rank must log the same view change (healthy ->
-# degraded or failover) at the same block, and make the same decisions throughout.
+# collective like NCCL's enqueue asks it (one collective per block). Once every
+# rank's detector judges its send primary path (it has a baseline: its warm-up takes seconds
+# on a loaded host), host 2's port 0 is cut to 200 Mbit/s with tbf: the net plugin judges the
+# loaded path degraded, the ranks publish it, and every rank must log the same view change
+# (healthy -> degraded or failover) at the same block after the cut, and make the same
+# decisions throughout.
 source "$(dirname "$0")/../functional/lib.sh"
 need_root_lab
+VIGIL=${VIGIL_BIN:?VIGIL_BIN not set}
 command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed (scripts/setup.sh)" >&2; exit 77; }
 if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 4 -P 2 -- "$0" "$@"; fi
 for h in 0 1 2 3; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 800mbit; done; done
@@ -32,46 +35,81 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 
-# Degrade host 2 port 0 once rank 0 has finished 8 healthy iterations (its output is
-# $TMP/out.1: the first run_ranks of this script).
+# ranks_pids: the vigil-netbench processes of the first run_ranks of this script.
+ranks_pids() { pgrep -f -- "--rendezvous unix:$TMP/rdv.1.sock" | while read -r p; do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == vigil-netbench ]] && echo "$p"; done; }
+# judging: every rank's send primary path has a baseline in its newest window (its detector
+# is past its warm-up): a port cut before that is learned as the path's normal rate.
+judging() {
+    local pids
+    mapfile -t pids < <(ranks_pids)
+    ((${#pids[@]} == 4)) || return 1
+    "$VIGIL" dump --windows 1 | python3 -c '
+import json, sys
+ours, paths, judged = set(sys.argv[1:]), {}, set()
+for line in sys.stdin:
+    r = json.loads(line)
+    pid = str(r.get("pid"))
+    if pid not in ours:
+        continue
+    if r["type"] == "path":
+        paths[(pid, r["path"])] = (r["kind"], r["slot"])
+    elif paths.get((pid, r["path"])) == ("send", "primary") and r["baseline_Bps"] > 0:
+        judged.add(pid)
+sys.exit(0 if judged == ours else 1)' "${pids[@]}"
+}
+# The iteration rank 0 reported last ($TMP/out.1: its stdout), -1 before the first.
+last_iter() { awk '$1 ~ /^[0-9]+$/ { i = $1 } END { print (i == "" ? -1 : i) }' "$TMP/out.1" 2>/dev/null || echo -1; }
+
+# Cut host 2's port 0 once every detector judges; degraded.at gets the last iteration before.
 (
-    for _ in $(seq 600); do
-        if grep -q "^ *8 " "$TMP/out.1" 2>/dev/null; then
+    for _ in $(seq 300); do # 60 s
+        if judging; then
             "$NETLAB_SH" degrade 2 0 200mbit
-            echo "degraded host 2 port 0 at $(date +%s.%N)" >"$TMP/degraded.at"
+            last_iter >"$TMP/degraded.at"
             exit 0
         fi
-        sleep 0.05
+        sleep 0.2
     done
 ) &
 degrader=$!
 
 out=$(VIGIL_TUNER_STORE="redis://$store_addr:6379" VIGIL_TUNER_BLOCK=1 NCCL_DEBUG=INFO \
-    run_ranks 4 --workload allreduce --bytes 4M --iters 60 --tuner net)
+    run_ranks 4 --workload allreduce --bytes 4M --iters 80 --tuner net)
 wait "$degrader" || true
 degrader=""
 expect_ok "$out"
-[[ -s $TMP/degraded.at ]] || fail "the ring never reached iteration 8"
+[[ -s $TMP/degraded.at ]] || fail "the detectors never judged every rank's send primary path: the port was never cut"
+cut=$(cat "$TMP/degraded.at")
+echo "host 2 port 0 cut after iteration $cut of 80"
 [[ $(json_get "$out" tuner_agree) == True ]] || fail "the ranks' tuner decisions differ"
 [[ $(json_get "$out" tuner_api) == 7 ]] || fail "expected ncclTunerPlugin_v7 from the net library"
 
 # Every rank logs the same view changes (block and view), in the same order; one of them,
-# after the port was cut, is to a view of reduced bandwidth: at most 0.5 with
+# at a block after the cut, is to a view of reduced bandwidth: at most 0.5 with
 # VIGIL_MULTIPATH=0 (as meson runs it: the slow port paces the ring); with multipath the cut
 # port's connections also use their other port, so host 2 keeps about (1 + 1/4) / 2 of its
 # bandwidth and the view says at most 0.65.
 changes() { { grep -o 'view change at block .*, proposed by' "$1" || true; } | sed 's/, proposed by$//'; }
+# On failure, what each rank's plugins said about paths and views.
+diagnose() {
+    local r
+    for r in 0 1 2 3; do
+        grep -hE "path degraded|path healthy|view change|store|failover" "$out.err.$r" | sed "s/^/rank $r: /" >&2 || true
+    done
+}
 changes "$out.err.0" >"$TMP/changes.0"
 for r in 1 2 3; do
     changes "$out.err.$r" >"$TMP/changes.$r"
-    diff "$TMP/changes.0" "$TMP/changes.$r" >&2 || fail "rank $r logged other view changes than rank 0"
+    diff "$TMP/changes.0" "$TMP/changes.$r" >&2 || { diagnose; fail "rank $r logged other view changes than rank 0"; }
 done
 cat "$TMP/changes.0"
-[[ -s $TMP/changes.0 ]] || fail "no rank logged a view change: the cut port was not judged degraded in time"
+[[ -s $TMP/changes.0 ]] || { diagnose; fail "no rank logged a view change: the cut port was not judged degraded in time"; }
 limit=0.65
 [[ ${VIGIL_MULTIPATH:-1} == 0 ]] && limit=0.5
-hit=$({ grep -E 'block (9|[1-9][0-9]+) .*-> (degraded|failover) 0\.[0-9]+' "$TMP/changes.0" || true; } |
-    awk -v lim="$limit" '{ for (i = 1; i <= NF; ++i) if ($i ~ /^(degraded|failover)$/ && $(i + 1) + 0 <= lim) { print; exit } }')
-[[ -n $hit ]] || fail "no view change to at most $limit of the bandwidth after the port was cut at iteration 8"
+# "view change at block B (collective C): FROM -> VIEW FRACTION ...": field 5 is B.
+hit=$(awk -v lim="$limit" -v cut="$cut" '$5 + 0 > cut {
+        for (i = 1; i <= NF; ++i) if ($i ~ /^(degraded|failover)$/ && $(i + 1) + 0 <= lim) { print; exit } }' "$TMP/changes.0")
+[[ -n $hit ]] || { diagnose; fail "no view change to at most $limit of the bandwidth after the port was cut after iteration $cut"; }
 grep -q "path degraded" "$out".err.* || fail "no rank's net plugin judged a path degraded"
 echo "tuner lab: ok (every rank: $hit)"
