@@ -29,6 +29,46 @@ uint64_t DegradeDetector::attribute_wait(uint64_t wait)
     return wait;
 }
 
+void DegradeDetector::open_slot(int k)
+{
+    if (n_ == k) { // the oldest slot leaves a full span
+        sum_bytes_ -= bytes_[pos_];
+        sum_busy_ -= busy_[pos_];
+        sum_ops_ -= ops_[pos_];
+        sum_wait_ -= wait_[pos_];
+    } else {
+        ++n_;
+    }
+    bytes_[pos_] = busy_[pos_] = ops_[pos_] = wait_[pos_] = 0;
+    pos_ = (pos_ + 1) % k;
+    ++since_change_;
+    if (slow_for_ > 0) ++slow_for_;
+}
+
+void DegradeDetector::learn(int k, bool slow, double bw)
+{
+    // Only from clearly healthy aggregates (at least midway between the threshold and the
+    // baseline), so a slide into degradation does not drag the baseline down.
+    const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
+    // What is learned keeps the end points' wait in: the wait idled the path too, and taken
+    // out it would credit the burst after it to the path. On a busy host that makes the
+    // baseline low, the detector less sensitive: never wrong in the other direction. And only
+    // from spans of enough completions: with few, the span's bytes are lumps (a message
+    // completes in one window after taking many) and its rate swings by several times either
+    // way; the baseline's quick rise would follow the high swings.
+    const bool smooth = sum_ops_ >= std::min<uint64_t>(cfg_.min_learn_ops, static_cast<uint64_t>(k));
+    if (slow || !healthy || !smooth) return;
+    const double x = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
+    ++healthy_seen_;
+    if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
+        baseline_ += (x - baseline_) / healthy_seen_; // the mean of the first ones
+    } else {
+        const double a = x >= baseline_ ? cfg_.ewma_alpha : cfg_.ewma_alpha_down;
+        baseline_ += a * (x - baseline_);
+    }
+    if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
+}
+
 int DegradeDetector::feed(const WindowRecord &w)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
@@ -52,19 +92,7 @@ int DegradeDetector::feed(const WindowRecord &w)
             attribute_wait(wait - std::min(wait, w.busy_ns));
             return 0;
         }
-        // A counted loaded window: a new slot, the oldest one leaving a full span.
-        if (n_ == k) {
-            sum_bytes_ -= bytes_[pos_];
-            sum_busy_ -= busy_[pos_];
-            sum_ops_ -= ops_[pos_];
-            sum_wait_ -= wait_[pos_];
-        } else {
-            ++n_;
-        }
-        bytes_[pos_] = busy_[pos_] = ops_[pos_] = wait_[pos_] = 0;
-        pos_ = (pos_ + 1) % k;
-        ++since_change_;
-        if (slow_for_ > 0) ++slow_for_;
+        open_slot(k);
     }
     // The window's bytes, busy time and completions go to the newest slot (a tail's to the
     // loaded window before it), its wait to the newest slots that have busy time for it.
@@ -94,27 +122,7 @@ int DegradeDetector::feed(const WindowRecord &w)
             slow_for_ = 0;
             return +1;
         }
-        // The baseline learns only from clearly healthy aggregates (at least midway between the
-        // threshold and the baseline), so a slide into degradation does not drag it down.
-        const bool healthy = healthy_seen_ < cfg_.warmup || bw >= (1 + cfg_.fraction) / 2 * baseline_;
-        // What is learned keeps the end points' wait in: the wait idled the path too, and
-        // taken out it would credit the burst after it to the path. On a busy host that makes
-        // the baseline low, the detector less sensitive: never wrong in the other direction.
-        // And only from spans of enough completions: with few, the span's bytes are lumps (a
-        // message completes in one window after taking many) and its rate swings by several
-        // times either way; the baseline's quick rise would follow the high swings.
-        const bool smooth = sum_ops_ >= std::min<uint64_t>(cfg_.min_learn_ops, static_cast<uint64_t>(k));
-        if (!slow && healthy && smooth) {
-            const double x = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
-            ++healthy_seen_;
-            if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
-                baseline_ += (x - baseline_) / healthy_seen_; // the mean of the first ones
-            } else {
-                const double a = x >= baseline_ ? cfg_.ewma_alpha : cfg_.ewma_alpha_down;
-                baseline_ += a * (x - baseline_);
-            }
-            if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
-        }
+        learn(k, slow, bw);
         return 0;
     }
     if (!slow && since_change_ >= k) {

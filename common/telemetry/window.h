@@ -152,6 +152,11 @@ private:
     static constexpr int kMaxK = 64;
     /// Takes `wait` ns out of the ring's newest windows first; returns what found no room.
     uint64_t attribute_wait(uint64_t wait);
+    /// A counted loaded window: a new (empty) newest slot of the span of `k`.
+    void open_slot(int k);
+    /// Teaches the baseline the span's aggregate when it is clearly healthy (`slow`, `bw`:
+    /// this judgement's verdict and busy-time bandwidth, bytes/s) and smooth.
+    void learn(int k, bool slow, double bw);
     DetectorConfig cfg_;
     double baseline_ = 0;
     int healthy_seen_ = 0;

@@ -100,22 +100,84 @@ void VerbsSendPath::sabotage()
     eng_.qps().to_error();
 }
 
-bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
+bool VerbsSendPath::sendable(const OutMessage &m, const FabricMr *mr, std::string *why) const
 {
-    QpSet &q = eng_.qps();
     const int slot = eng_.identity().slot;
-    const FabricMr *mr = m.mr != nullptr ? m.mr->on(eng_.identity().dev) : nullptr;
-    const uint8_t *from = m.data + m.offset;
-    if (m.length > 0 && (mr == nullptr || !m.mr->covers(from, m.length))) {
-        *err = -EINVAL;
+    if (m.length > 0 && (mr == nullptr || !m.mr->covers(m.data + m.offset, m.length))) {
         *why = "isend of " + std::to_string(m.size) + " bytes from memory not registered on dev " +
                eng_.identity().dev_name + " (regMr with this comm first)";
         return false;
     }
     if (m.size > 0 && m.dest.rkey[static_cast<size_t>(slot)] == 0) {
-        *err = -EINVAL;
         *why = "the receiver's buffer for seq " + std::to_string(m.seq) +
                " is not registered on the device of this path";
+        return false;
+    }
+    const bool whole = m.offset == 0 && m.length == m.size;
+    if (!whole && m.offset + m.length < m.size && m.length > kMaxWriteBytes) {
+        *why = "a piece of " + std::to_string(m.length) + " bytes exceeds one RDMA write";
+        return false;
+    }
+    return true;
+}
+
+namespace {
+
+/// The work requests of one posting (at most a payload split in two, then its completing
+/// write), chained in order. Only the last is signaled: its completion is the message's (the
+/// piece's) ack.
+struct WrChain {
+    std::array<ibv_sge, 3> sge{};
+    std::array<ibv_send_wr, 3> wr{};
+    uint32_t n = 0;
+
+    /// A plain RDMA WRITE of `len` bytes at `local` to `raddr`.
+    void write(uint64_t seq, const uint8_t *local, uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+    {
+        ibv_send_wr &w = add(reinterpret_cast<uintptr_t>(local), len, lkey);
+        w.wr_id = WrId::make(WrId::kData, seq);
+        w.opcode = IBV_WR_RDMA_WRITE;
+        w.wr.rdma.remote_addr = raddr;
+        w.wr.rdma.rkey = rkey;
+    }
+    /// The signaled RDMA WRITE_WITH_IMM that completes the posting.
+    void completing(uint64_t seq, uint64_t local, uint64_t len, uint32_t lkey, uint32_t imm, uint64_t raddr,
+                    uint32_t rkey)
+    {
+        ibv_send_wr &w = add(local, len, lkey);
+        w.wr_id = WrId::make(WrId::kRecord, seq);
+        w.num_sge = len > 0 ? 1 : 0;
+        w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.imm_data = htonl(imm);
+        w.wr.rdma.remote_addr = raddr;
+        w.wr.rdma.rkey = rkey;
+    }
+    ibv_send_wr *head()
+    {
+        for (uint32_t i = 0; i + 1 < n; ++i) wr[i].next = &wr[i + 1];
+        return &wr[0];
+    }
+
+private:
+    ibv_send_wr &add(uint64_t local, uint64_t len, uint32_t lkey)
+    {
+        sge[n] = ibv_sge{local, static_cast<uint32_t>(len), lkey};
+        ibv_send_wr &w = wr[n++];
+        w.sg_list = &sge[n - 1];
+        w.num_sge = 1;
+        return w;
+    }
+};
+
+} // namespace
+
+bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
+{
+    QpSet &q = eng_.qps();
+    const FabricMr *mr = m.mr != nullptr ? m.mr->on(eng_.identity().dev) : nullptr;
+    if (!sendable(m, mr, why)) {
+        *err = -EINVAL;
         return false;
     }
     // A whole message of at most ShortImm::kMaxSize bytes, and a piece other than a message's
@@ -124,53 +186,24 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     const bool whole = m.offset == 0 && m.length == m.size;
     const bool brief = whole && ShortImm::fits(m.size);
     const bool middle = !whole && m.offset + m.length < m.size;
-    if (middle && m.length > kMaxWriteBytes) {
-        *err = -EINVAL;
-        *why = "a piece of " + std::to_string(m.length) + " bytes exceeds one RDMA write";
-        return false;
-    }
     const uint64_t chunks = brief || middle ? 0 : (m.length + kMaxWriteBytes - 1) / kMaxWriteBytes;
     const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
     const int qi = eng_.next_qp();
     if (eng_.sq_used(qi) + wrs > kSendDepth) return false; // full: later
-    std::array<ibv_sge, 3> sge{};
-    std::array<ibv_send_wr, 3> wr{};
-    const uint32_t rkey = m.dest.rkey[static_cast<size_t>(slot)];
-    // The one signaled work request, last on the QP: its completion is the message's (the
-    // piece's) ack.
-    auto completing = [&](size_t k, uint64_t local, uint32_t len, uint32_t lkey, uint32_t imm, uint64_t raddr,
-                          uint32_t rk) {
-        sge[k] = ibv_sge{local, len, lkey};
-        wr[k].wr_id = WrId::make(WrId::kRecord, m.seq);
-        wr[k].sg_list = &sge[k];
-        wr[k].num_sge = len > 0 ? 1 : 0;
-        wr[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr[k].send_flags = IBV_SEND_SIGNALED;
-        wr[k].imm_data = htonl(imm);
-        wr[k].wr.rdma.remote_addr = raddr;
-        wr[k].wr.rdma.rkey = rk;
-    };
+    const uint8_t *from = m.data + m.offset;
+    const uint32_t rkey = m.dest.rkey[static_cast<size_t>(eng_.identity().slot)];
     const uint32_t lkey = mr != nullptr ? mr->lkey : 0;
+    const uint64_t local = reinterpret_cast<uintptr_t>(from);
+    WrChain c;
     if (brief) {
-        completing(0, reinterpret_cast<uintptr_t>(from), static_cast<uint32_t>(m.length), lkey,
-                   ShortImm::encode(m.seq, m.entry), m.dest.addr, rkey);
+        c.completing(m.seq, local, m.length, lkey, ShortImm::encode(m.seq, m.entry), m.dest.addr, rkey);
     } else if (middle) {
-        completing(0, reinterpret_cast<uintptr_t>(from), static_cast<uint32_t>(m.length), lkey,
-                   PieceImm::encode(m.seq, gen_, m.entry), m.dest.addr + m.offset, rkey);
+        c.completing(m.seq, local, m.length, lkey, PieceImm::encode(m.seq, gen_, m.entry),
+                     m.dest.addr + m.offset, rkey);
     } else {
-        size_t k = 0;
-        for (uint64_t c = 0; c < chunks; ++c, ++k) {
-            const uint64_t off = c * kMaxWriteBytes;
-            const uint64_t len = std::min<uint64_t>(kMaxWriteBytes, m.length - off);
-            sge[k] =
-                ibv_sge{reinterpret_cast<uintptr_t>(from + off), static_cast<uint32_t>(len), lkey};
-            wr[k].wr_id = WrId::make(WrId::kData, m.seq);
-            wr[k].sg_list = &sge[k];
-            wr[k].num_sge = 1;
-            wr[k].opcode = IBV_WR_RDMA_WRITE;
-            wr[k].wr.rdma.remote_addr = m.dest.addr + m.offset + off;
-            wr[k].wr.rdma.rkey = rkey;
-        }
+        for (uint64_t off = 0; off < m.length; off += kMaxWriteBytes)
+            c.write(m.seq, from + off, std::min<uint64_t>(kMaxWriteBytes, m.length - off), lkey,
+                    m.dest.addr + m.offset + off, rkey);
         Record rec;
         rec.seq = m.seq;
         rec.gen = gen_;
@@ -179,13 +212,12 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         rec.entry = static_cast<uint8_t>(m.entry);
         rec.offset = static_cast<uint32_t>(m.offset);
         rec.encode(q.out_record(m.seq));
-        completing(k, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes, q.lkey(),
-                   static_cast<uint32_t>(m.seq) & Record::kImmSeqMask,
-                   q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes, q.remote().ring_rkey);
+        c.completing(m.seq, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes, q.lkey(),
+                     static_cast<uint32_t>(m.seq) & Record::kImmSeqMask,
+                     q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes, q.remote().ring_rkey);
     }
-    for (size_t i = 0; i + 1 < wrs; ++i) wr[i].next = &wr[i + 1];
     ibv_send_wr *bad = nullptr;
-    if (int rc = q.qp(qi).post_send(&wr[0], &bad); rc != 0) {
+    if (int rc = q.qp(qi).post_send(c.head(), &bad); rc != 0) {
         *err = rc;
         *why = std::string("posting a message failed: ") + strerror(-rc);
         return false;
