@@ -58,24 +58,83 @@ bool enabled(ncclDebugLogLevel level) noexcept
     return static_cast<int>(level) <= cur;
 }
 
-void write(ncclDebugLogLevel level, unsigned long flags, const char *func, int line,
-           const char *fmt, ...) noexcept
+namespace {
+
+void emit(ncclDebugLogLevel level, unsigned long flags, const char *func, int line, const char *text) noexcept
 {
-    if (!enabled(level)) return;
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
     ncclDebugLogger_t fn = g_logger.load(std::memory_order_acquire);
     if (fn != nullptr) {
-        fn(level, flags, func, line, "%s", buf);
+        fn(level, flags, func, line, "%s", text);
         return;
     }
     char host[64] = "?";
     gethostname(host, sizeof(host) - 1);
     std::fprintf(stderr, "%s:%d:%ld NCCL %s %s\n", host, static_cast<int>(getpid()),
-                 static_cast<long>(syscall(SYS_gettid)), level_name(level), buf);
+                 static_cast<long>(syscall(SYS_gettid)), level_name(level), text);
+}
+
+/// One message a Deferral holds back: write()'s arguments, the text formatted.
+struct Held {
+    ncclDebugLogLevel level;
+    unsigned long flags;
+    const char *func; // __func__: static storage
+    int line;
+    char text[1024];
+};
+/// A thread's Deferral state. Zero-initialised and trivially destructible, so the thread_local
+/// needs no guard or destructor registration on the paths that take a comm's lock.
+struct DeferState {
+    int depth;     // live Deferrals
+    int n;         // messages queued in q
+    bool overflow; // more than kHeld in this scope: the rest were written at once
+    Held q[Deferral::kHeld];
+};
+thread_local DeferState t_defer;
+
+void flush_held() noexcept
+{
+    DeferState &d = t_defer;
+    for (int i = 0; i < d.n; ++i) emit(d.q[i].level, d.q[i].flags, d.q[i].func, d.q[i].line, d.q[i].text);
+    d.n = 0;
+    d.overflow = false;
+}
+
+} // namespace
+
+Deferral::Deferral() noexcept { ++t_defer.depth; }
+
+Deferral::~Deferral()
+{
+    if (--t_defer.depth > 0) return;
+    if (t_defer.n > 0) flush_held();
+    t_defer.overflow = false;
+}
+
+void write(ncclDebugLogLevel level, unsigned long flags, const char *func, int line,
+           const char *fmt, ...) noexcept
+{
+    if (!enabled(level)) return;
+    DeferState &d = t_defer;
+    const bool hold = d.depth > 0 && d.n < Deferral::kHeld && !d.overflow;
+    char buf[1024];
+    char *text = hold ? d.q[d.n].text : buf;
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(text, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (hold) {
+        Held &h = d.q[d.n++];
+        h.level = level;
+        h.flags = flags;
+        h.func = func;
+        h.line = line;
+        return;
+    }
+    if (d.depth > 0) { // the queue is full: it goes first, so the order holds
+        flush_held();
+        d.overflow = true;
+    }
+    emit(level, flags, func, line, buf);
 }
 
 } // namespace vigil::log

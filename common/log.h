@@ -22,6 +22,23 @@ bool enabled(ncclDebugLogLevel level) noexcept;
                                          const char *func, int line, const char *fmt,
                                          ...) noexcept;
 
+/// Holds back this thread's messages while it holds a lock foreign code must not run under:
+/// NCCL's logger is foreign code (it takes NCCL's own locks, writes files, and may be a
+/// framework's hook), so a comm's lock holder logs through a Deferral. While one lives on a
+/// thread (nested ones count), write() formats each message as usual and queues it; the
+/// outermost Deferral's destructor hands them to the logger in order. A thread that queues
+/// more than kHeld messages in one scope writes the rest at once (never lost, never
+/// reordered behind later ones). Per thread: no locking, no allocation; not movable.
+class Deferral
+{
+public:
+    static constexpr int kHeld = 8;
+    Deferral() noexcept;
+    ~Deferral();
+    Deferral(const Deferral &) = delete;
+    Deferral &operator=(const Deferral &) = delete;
+};
+
 } // namespace vigil::log
 
 #ifndef VIGIL_LOG_PREFIX

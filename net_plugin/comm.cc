@@ -38,6 +38,7 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
     if (r->state.load(std::memory_order_acquire) != Request::kDone) {
         // Progress inline when nobody else is (cuts a thread hand-off from latency); the
         // engine thread covers the case where NCCL polls slowly or not at all.
+        log::Deferral defer; // what the progress logs, after the unlock
         if (mu_.try_lock()) {
             progress_locked();
             mu_.unlock();
@@ -89,6 +90,7 @@ void Comm::close() noexcept
     // Before taking mu_: the engine holds its ticker lock only while copying the list.
     ProgressEngine::instance().remove_ticker(this);
     {
+        log::Deferral defer;
         std::lock_guard<std::mutex> g(mu_);
         if (!detached_) goodbye_locked();
         detached_ = true;
@@ -107,6 +109,7 @@ void Comm::on_ready() noexcept
         take_kicks(); // its fence orders the kick before the try_lock
         return;
     }
+    log::Deferral defer;
     std::lock_guard<std::mutex> g(mu_);
     if (detached_) return;
     engine_progress_locked();
@@ -120,6 +123,8 @@ void Comm::take_kicks() noexcept
     // try_lock, a holder between its unlock and this load, so either the kicker's try_lock saw
     // mu_ free or the holder sees the kick.
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!kick_.load(std::memory_order_relaxed)) return;
+    log::Deferral defer;
     while (kick_.load(std::memory_order_relaxed)) {
         if (!mu_.try_lock()) return; // the holder takes it
         kick_.store(false, std::memory_order_relaxed);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fabric.h"
+#include "log.h"
 #include "progress.h"
 #include "telemetry/registry.h"
 #include "telemetry/window.h"
@@ -87,7 +88,8 @@ struct PathTelemetry {
 /// Common part of a send or receive comm: the lock, the sticky error and test().
 /// Thread-safety: isend/irecv/test/close may come from NCCL's proxy thread while the
 /// progress engine thread runs on_ready(); all state is under `mu_` except Request::state
-/// and `error_`.
+/// and `error_`. No foreign code runs under `mu_`: log lines wait in a log::Deferral until
+/// it is free, and profiler events are emitted after unlocking.
 class Comm : public ProgressClient
 {
 public:
@@ -132,7 +134,8 @@ protected:
     /// without mu_, after the caller let go of it.
     void take_kicks() noexcept;
     /// Holds mu_ for a scope (isend, irecv) and serves the kicks that came meanwhile after
-    /// letting go of it.
+    /// letting go of it. What the scope logs reaches NCCL's logger after mu_ is free (the
+    /// Deferral is made before the lock and ends after the kicks).
     class Locked
     {
     public:
@@ -146,6 +149,7 @@ protected:
         Locked &operator=(const Locked &) = delete;
 
     private:
+        log::Deferral defer_; // first: constructed before the lock, destroyed after ~Locked
         Comm &c_;
     };
     /// Says goodbye on every live path; called with mu_ held.
