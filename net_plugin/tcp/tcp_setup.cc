@@ -309,7 +309,22 @@ int TcpPathConnector::start_connect(UniqueFd *fd)
 
 int TcpPathConnector::step(uint64_t now, std::string *why)
 {
-    if (done_) return 0;
+    switch (state_) {
+    case State::kStreams:
+        if (int rc = connect_and_hello(now, why); rc != 0) return rc;
+        if (state_ != State::kReadAnswer) return 0;
+        answer_deadline_ns_ = now + handshake_timeout_ns_;
+        [[fallthrough]];
+    case State::kReadAnswer:
+        return read_answer(now, why);
+    case State::kDone:
+        return 0;
+    }
+    return 0;
+}
+
+int TcpPathConnector::connect_and_hello(uint64_t now, std::string *why)
+{
     bool all_sent = true;
     const auto start = [this](UniqueFd *fd) { return start_connect(fd); };
     for (size_t i = 0; i < streams_.size(); ++i) {
@@ -333,8 +348,12 @@ int TcpPathConnector::step(uint64_t now, std::string *why)
             if (st.hello_sent < Hello::kSize) all_sent = false;
         }
     }
-    if (!all_sent) return 0;
-    if (answer_deadline_ns_ == 0) answer_deadline_ns_ = now + handshake_timeout_ns_;
+    if (all_sent) state_ = State::kReadAnswer;
+    return 0;
+}
+
+int TcpPathConnector::read_answer(uint64_t now, std::string *why)
+{
     while (answer_got_ < answer_.size()) {
         ssize_t n = recv(streams_[0].conn.fd().get(), answer_.data() + answer_got_,
                          answer_.size() - answer_got_, MSG_DONTWAIT);
@@ -355,7 +374,7 @@ int TcpPathConnector::step(uint64_t now, std::string *why)
     }
     if (get_le(answer_.data(), 4) != AcceptAnswer::kMagic || get_le(answer_.data() + 4, 4) != 0)
         return *why = "malformed answer from the listener", -EPROTO;
-    done_ = true;
+    state_ = State::kDone;
     return 0;
 }
 

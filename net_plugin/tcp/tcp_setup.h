@@ -121,6 +121,12 @@ struct PathPlan {
 
 /// Sets up one path: its streams connect (retrying refusals until a deadline), say hello and
 /// wait for the listener's answer. Non-blocking; not thread-safe.
+///
+///   kStreams --every stream connected and its hello sent--> kReadAnswer
+///   kReadAnswer --the listener's answer, valid--> kDone
+///
+/// A refusal past the connect deadline, a socket error, a closed or malformed answer, or no
+/// answer within the handshake timeout fails step() (the caller drops the connector).
 class TcpPathConnector
 {
 public:
@@ -129,17 +135,22 @@ public:
                      uint64_t handshake_timeout_ns);
     /// 0 while in progress (done() tells completion), or -errno with *why.
     int step(uint64_t now, std::string *why);
-    bool done() const { return done_; }
+    bool done() const { return state_ == State::kDone; }
     uint64_t path_id() const { return hello_.path_id; }
     std::vector<UniqueFd> take_fds();
     const Device &local() const { return local_; }
     const Endpoint &remote() const { return remote_; }
 
 private:
+    enum class State { kStreams, kReadAnswer, kDone };
     struct Stream {
         rendezvous::Connect conn;
         size_t hello_sent = 0;
     };
+    /// kStreams: steps every stream's connect and sends its hello; kReadAnswer once all sent.
+    int connect_and_hello(uint64_t now, std::string *why);
+    /// kReadAnswer: reads the listener's answer on stream 0; kDone once it is whole and valid.
+    int read_answer(uint64_t now, std::string *why);
     /// rendezvous::Connect's start: bound to the local device (and pinned to its interface
     /// where allowed), tuned before the handshake.
     int start_connect(UniqueFd *fd);
@@ -154,8 +165,8 @@ private:
     std::vector<Stream> streams_;
     std::array<uint8_t, AcceptAnswer::kSize> answer_{};
     size_t answer_got_ = 0;
-    uint64_t answer_deadline_ns_ = 0;
-    bool done_ = false;
+    uint64_t answer_deadline_ns_ = 0; // set on entering kReadAnswer
+    State state_ = State::kStreams;
 };
 
 /// The retry state of one NCCL connect(): the primary and (optionally) the backup path being
