@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "../fabric.h"
+#include "../hello_wire.h"
 
 namespace vigil::net::tcp {
 
@@ -18,64 +19,38 @@ namespace vigil::net::tcp {
 inline constexpr uint32_t kMaxStreams = 16;
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20; // VIGIL_CHUNK_BYTES upper bound
 
-inline void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-inline uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return v;
-}
+using vigil::net::get_le;
+using vigil::net::put_le;
 
-/// First bytes on every stream, connector -> listener. The listener accepts only its own
-/// version, so both ends of a path always speak the same one. Version 3 (from version 2):
-/// acks carry the receiver's ack delay (BackHeader).
-struct Hello {
+/// First bytes on every stream, connector -> listener: the hello's head (hello_wire.h) with
+/// the stream's own three bytes. Version 3 (from version 2): acks carry the receiver's ack
+/// delay (BackHeader).
+struct Hello : HelloHead {
     static constexpr uint32_t kMagic = 0x43474c56; // "VLGC"
     static constexpr uint8_t kVersion = 3;
-    static constexpr size_t kSize = 40;
-    uint8_t version = kVersion;
+    static constexpr size_t kSize = HelloHead::kSize;
     uint8_t nstreams = 0;
     uint8_t stream = 0;
     /// Bits 0-2: path kind (0 primary, 1 backup). Bit 3: this path rebuilds a path of an
     /// existing connection. Bits 4-7: paths the connection opens at connect, minus one.
     uint8_t path_kind = 0;
-    std::array<uint8_t, 16> nonce{};
-    uint64_t conn_id = 0; ///< random per connection; groups the paths of one connection
-    uint64_t path_id = 0; ///< random per path, non-zero; the same on every stream of it
 
-    void encode(uint8_t *p) const
-    {
-        put_le(p, kMagic, 4);
-        p[4] = version;
-        p[5] = nstreams;
-        p[6] = stream;
-        p[7] = path_kind;
-        std::memcpy(p + 8, nonce.data(), 16);
-        put_le(p + 24, conn_id, 8);
-        put_le(p + 32, path_id, 8);
-    }
+    Hello() { version = kVersion; }
+    void encode(uint8_t *p) const { encode_head(p, kMagic, {nstreams, stream, path_kind}); }
     /// Returns nullptr when valid, else the name of the first bad field. The nonce is
     /// compared by the caller.
     const char *decode(const uint8_t *p)
     {
-        if (get_le(p, 4) != kMagic) return "bad magic";
-        version = p[4];
-        nstreams = p[5];
-        stream = p[6];
-        path_kind = p[7];
-        std::memcpy(nonce.data(), p + 8, 16);
-        conn_id = get_le(p + 24, 8);
-        path_id = get_le(p + 32, 8);
-        if (version != kVersion) return "unsupported version";
+        std::array<uint8_t, 3> own{};
+        const char *bad = decode_head(p, kMagic, kVersion, &own);
+        nstreams = own[0];
+        stream = own[1];
+        path_kind = own[2];
+        if (bad != nullptr) return bad;
         if (nstreams < 1 || nstreams > kMaxStreams) return "stream count out of range";
         if (stream >= nstreams) return "stream index out of range";
         if ((path_kind & 0x7) > 1) return "bad path kind";
         if ((path_kind >> 4) > 1) return "bad path count";
-        if (conn_id == 0) return "zero connection id";
-        if (path_id == 0) return "zero path id";
         return nullptr;
     }
 };

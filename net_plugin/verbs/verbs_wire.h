@@ -18,19 +18,12 @@
 #include <cstring>
 
 #include "../fabric.h"
+#include "../hello_wire.h"
 
 namespace vigil::net::verbs_fabric {
 
-inline void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-inline uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return v;
-}
+using vigil::net::get_le;
+using vigil::net::put_le;
 
 /// Hard bounds, independent of configuration.
 inline constexpr uint32_t kMaxQps = 16;       ///< QPs per path (VIGIL_IB_QPS_PER_CONN)
@@ -83,34 +76,26 @@ struct PathEnd {
     }
 };
 
-/// Connector -> listener, first bytes on the set-up socket of one path.
-struct Hello {
+/// Connector -> listener, first bytes on the set-up socket of one path: the hello's head
+/// (hello_wire.h) with the path's slot, count and rebuild flag, then the listener devices
+/// it is for and the connector's end of the path.
+struct Hello : HelloHead {
     static constexpr uint32_t kMagic = 0x48564c56; // "VLVH"
     static constexpr uint8_t kVersion = 3; ///< 2: short messages (ShortImm); 3: pieces (PieceImm)
-    static constexpr size_t kSize = 48 + PathEnd::kSize;
-    uint8_t version = kVersion;
+    static constexpr size_t kSize = HelloHead::kSize + 8 + PathEnd::kSize;
     uint8_t slot = 0;    ///< path slot: 0 primary, 1 backup
     uint8_t npaths = 1;  ///< paths the connection opens at connect (1 or 2)
     uint8_t rebuild = 0; ///< 1: rebuilds a path of a connection the listener served
-    std::array<uint8_t, 16> nonce{};
-    uint64_t conn_id = 0; ///< random per connection, non-zero
-    uint64_t path_id = 0; ///< random per path, non-zero
     uint32_t peer_dev = 0;  ///< the listener's device this path is for
     uint32_t other_dev = kNoDev; ///< the listener's device of the connection's other path
                                  ///< (registrations must cover it even before it is up)
     static constexpr uint32_t kNoDev = 0xffffffffu;
     PathEnd end;
 
+    Hello() { version = kVersion; }
     void encode(uint8_t *p) const
     {
-        put_le(p, kMagic, 4);
-        p[4] = version;
-        p[5] = slot;
-        p[6] = npaths;
-        p[7] = rebuild;
-        std::memcpy(p + 8, nonce.data(), 16);
-        put_le(p + 24, conn_id, 8);
-        put_le(p + 32, path_id, 8);
+        encode_head(p, kMagic, {slot, npaths, rebuild});
         put_le(p + 40, peer_dev, 4);
         put_le(p + 44, other_dev, 4);
         end.encode(p + 48);
@@ -119,22 +104,17 @@ struct Hello {
     /// caller.
     const char *decode(const uint8_t *p)
     {
-        if (get_le(p, 4) != kMagic) return "bad magic";
-        version = p[4];
-        slot = p[5];
-        npaths = p[6];
-        rebuild = p[7];
-        std::memcpy(nonce.data(), p + 8, 16);
-        conn_id = get_le(p + 24, 8);
-        path_id = get_le(p + 32, 8);
+        std::array<uint8_t, 3> own{};
+        const char *bad = decode_head(p, kMagic, kVersion, &own);
+        slot = own[0];
+        npaths = own[1];
+        rebuild = own[2];
         peer_dev = static_cast<uint32_t>(get_le(p + 40, 4));
         other_dev = static_cast<uint32_t>(get_le(p + 44, 4));
-        if (version != kVersion) return "unsupported version";
+        if (bad != nullptr) return bad;
         if (slot > 1) return "bad path slot";
         if (npaths < 1 || npaths > 2) return "bad path count";
         if (rebuild > 1) return "bad rebuild flag";
-        if (conn_id == 0) return "zero connection id";
-        if (path_id == 0) return "zero path id";
         if (other_dev != kNoDev && other_dev == peer_dev) return "both paths on one device";
         return end.decode(p + 48);
     }
