@@ -199,6 +199,8 @@ public:
     /// memory (an RDMA path that stripes learns this from the piece's write completing). The
     /// core adds up the pieces of its current generation and completes the send once they
     /// cover the message; pieces of an older generation are not counted (it was replayed).
+    /// The path's share of the message ends in its meter once its pieces of this generation
+    /// landed, so a fast path striping with a slow one is not charged the slow one's time.
     virtual void landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
     /// The receiver advertised group `g`. Each path delivers groups in index order, possibly
     /// repeating ones other paths delivered. Returns 0, or -EPROTO when `g` contradicts what

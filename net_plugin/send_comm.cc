@@ -120,9 +120,11 @@ void SendComm::post_locked(int slot, uint64_t seq, size_t off, size_t len) noexc
     const uint64_t now = now_ns();
     m.posted_ns = now;
     PathSlot &sl = paths_[slot];
-    if (PathTelemetry *tm = sl.tm.get()) {
-        if ((m.on_slots >> slot & 1) == 0) tm->meter.on_post(now, len);
-        else tm->meter.on_more(now, len);
+    if ((m.on_slots >> slot & 1) == 0) {
+        m.slot_posted_ns[static_cast<size_t>(slot)] = now;
+        if (PathTelemetry *tm = sl.tm.get()) tm->meter.on_post(now, len);
+    } else if (PathTelemetry *tm = sl.tm.get()) {
+        tm->meter.on_more(now, len);
     }
     m.on_slots = static_cast<uint8_t>(m.on_slots | 1u << slot);
     m.slot_bytes[static_cast<size_t>(slot)] += len;
@@ -332,7 +334,24 @@ void SendComm::SlotSink::held(uint64_t seq)
 
 void SendComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
 {
+    if (gen == comm->gen_) comm->on_slot_landed(slot, seq, len); // first: it may complete seq
     comm->on_landed(seq, len, gen);
+}
+
+void SendComm::on_slot_landed(int slot, uint64_t seq, uint64_t len) noexcept
+{
+    if (seq < acked_ || seq < ack_seen_ || seq >= next_seq_ || held_[seq % kMaxInflight]) return;
+    SendMsg &m = msgs_[seq % kMaxInflight];
+    const size_t k = static_cast<size_t>(slot);
+    if ((m.on_slots >> slot & 1) == 0) return; // abandoned, or its share already ended
+    m.slot_landed[k] += len;
+    if (m.slot_landed[k] < m.slot_bytes[k]) return;
+    // The slot's share ends here; a later piece of the message on it opens a new operation.
+    if (PathTelemetry *tm = paths_[slot].tm.get())
+        tm->meter.on_complete(now_ns(), m.slot_posted_ns[k], m.slot_bytes[k]);
+    m.on_slots = static_cast<uint8_t>(m.on_slots & ~(1u << slot));
+    m.slot_bytes[k] = 0;
+    m.slot_landed[k] = 0;
 }
 
 void SendComm::on_landed(uint64_t seq, uint64_t len, uint32_t gen) noexcept
@@ -379,6 +398,7 @@ void SendComm::complete_one_locked(uint64_t seq, uint64_t now) noexcept
                 tm->meter.on_complete(now, m.posted_ns, m.slot_bytes[static_cast<size_t>(k)]);
     m.on_slots = 0;
     m.slot_bytes = {};
+    m.slot_landed = {};
     MemRegion::unref(msgs_[i].mr);
     msgs_[i].mr = nullptr;
     reqs_[i].state.store(Request::kDone, std::memory_order_release);
@@ -459,6 +479,7 @@ SendComm::Outstanding SendComm::abandon_locked(int slot, uint64_t now) noexcept
         o.bytes += m.slot_bytes[static_cast<size_t>(slot)];
         m.on_slots = static_cast<uint8_t>(m.on_slots & ~(1u << slot));
         m.slot_bytes[static_cast<size_t>(slot)] = 0;
+        m.slot_landed[static_cast<size_t>(slot)] = 0;
     }
     if (PathTelemetry *tm = paths_[slot].tm.get(); tm != nullptr && o.msgs > 0)
         tm->meter.on_abandon(now, o.msgs, o.bytes);

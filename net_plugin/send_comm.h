@@ -162,10 +162,14 @@ private:
         int entry = 0;
         CtsEntry dest;
         uint64_t posted_ns = 0; // when (re)posted last, for latency telemetry
-        // Telemetry, this generation: a bit per slot that carries pieces of it (one meter
-        // operation per message and slot), and the bytes each carries.
+        // Telemetry, this generation: a bit per slot whose meter has an operation for it open
+        // (one per message and slot), the bytes posted on it, when the operation began, and
+        // the bytes of its pieces that landed (SendSink::landed): the operation ends when they
+        // cover the slot's bytes, or when the message completes.
         uint8_t on_slots = 0;
         std::array<uint64_t, kMaxPaths> slot_bytes{};
+        std::array<uint64_t, kMaxPaths> slot_posted_ns{};
+        std::array<uint64_t, kMaxPaths> slot_landed{};
         // Pieces an RDMA path saw land (SendSink::landed), counted in generation landed_gen.
         uint64_t landed = 0;
         uint32_t landed_gen = 0;
@@ -193,6 +197,9 @@ private:
     /// `len` bytes of `seq` landed in generation `gen`: held once this generation's pieces
     /// cover it.
     void on_landed(uint64_t seq, uint64_t len, uint32_t gen) noexcept;
+    /// `len` bytes of a piece of `seq` that slot `slot` carried landed (this generation): the
+    /// slot's meter operation for the message ends once they cover the slot's bytes of it.
+    void on_slot_landed(int slot, uint64_t seq, uint64_t len) noexcept;
     /// Completes send `seq` (ring slot i): the receiver holds it.
     void complete_one_locked(uint64_t seq, uint64_t now) noexcept;
     int on_cts(int slot, const CtsGroup &g) noexcept;

@@ -11,9 +11,9 @@
 #               verdict needs more than busy-time bandwidth: see the README's limits.)
 #               Run with VIGIL_MULTIPATH=0: with multipath a connection's fast shared path
 #               carries pieces of messages that complete only when the slow port's pieces
-#               have, so its busy time holds the slow port's wait and the link verdict may
-#               name it (the NIC verdict does not move); a path's busy time under multipath
-#               is per message, not per piece.
+#               have (TCP's ack is cumulative), so its busy time holds the slow port's wait
+#               and the link verdict may name it (the NIC verdict does not move); over TCP a
+#               path's busy time under multipath is per message, not per piece.
 #   late-rank   rank 1 arrives 20 ms late at every all-reduce: the report names rank 1
 #   files       the trace parses, holds every kind of event the chain makes, and the summary
 #               has one record per iteration per rank with the nccl-tests bus bandwidth

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "fake_fabric.h"
+#include "telemetry/registry.h"
+#include "telemetry_support.h"
 #include "traffic.h"
 
 namespace vn = vigil::net;
@@ -247,5 +249,59 @@ TEST_CASE("multipath over RDMA: a message's pieces land over both paths and comp
     t.send(8, 2);
     t.run();
     CHECK(n.primary().wholes == 1);
+    t.check_spent();
+}
+
+namespace {
+
+// Busy time (ns) over every window the registry holds for the send path of `comm` in `slot`.
+uint64_t send_busy_ns(const vn::SendComm *comm, int slot)
+{
+    vt::RegistryView v;
+    std::string why;
+    REQUIRE(v.open(vt::Registry::instance().path(), &why) == 0);
+    for (uint32_t i = 0; i < v.entries(); ++i) {
+        const vt::PathEntry &e = v.entry(i);
+        if (e.in_use.load() == 0 || e.conn_id != reinterpret_cast<uintptr_t>(comm) || e.kind != 0 ||
+            e.slot != slot)
+            continue;
+        uint64_t busy = 0;
+        const uint64_t head = e.ring.head.load();
+        for (uint64_t k = head > vt::kRingCapacity ? head - vt::kRingCapacity : 0; k < head; ++k) {
+            vt::WindowRecord w;
+            if (vt::RegistryView::read(e, k, &w)) busy += w.busy_ns;
+        }
+        return busy;
+    }
+    FAIL("no send path in slot " << slot << " in the registry");
+    return 0;
+}
+
+} // namespace
+
+TEST_CASE("multipath over RDMA: a path's meter ends its share of a message when its pieces "
+          "land, not when the slow path's do",
+          "[multipath][rdma][telemetry]")
+{
+    registry();
+    vn::TelemetryConfig tc;
+    tc.window_ns = kW;
+    Net n(config(), true, false, tc);
+    striping_rdma(n);
+    Traffic t(*n.send, *n.recv);
+    n.primary().stuck = true; // a slow port: its pieces wait 40 ms
+    t.recv({10000}, {1}, {0});
+    t.send(10000, 1);
+    t.run_for(40);
+    CHECK(piece_bytes(n.backup()) == 8 * kPiece); // landed at once
+    CHECK_FALSE(t.send_done(0));
+    n.primary().stuck = false;
+    t.run();
+    t.run_for(3); // the last windows close
+    // The shared path carried its pieces in well under a millisecond; the slow one was busy
+    // for the whole wait. Charged to both (one meter operation per message), the shared path
+    // would show the 40 ms too, and look as slow as the port it stripes with.
+    CHECK(send_busy_ns(n.send.get(), kPrimary) >= 35 * kW);
+    CHECK(send_busy_ns(n.send.get(), kBackup) < 10 * kW);
     t.check_spent();
 }
