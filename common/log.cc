@@ -60,7 +60,8 @@ bool enabled(ncclDebugLogLevel level) noexcept
 
 namespace {
 
-void emit(ncclDebugLogLevel level, unsigned long flags, const char *func, int line, const char *text) noexcept
+void emit(ncclDebugLogLevel level, unsigned long flags, const char *func, int line,
+          const char *text) noexcept
 {
     ncclDebugLogger_t fn = g_logger.load(std::memory_order_acquire);
     if (fn != nullptr) {
@@ -94,7 +95,10 @@ thread_local DeferState t_defer;
 void flush_held() noexcept
 {
     DeferState &d = t_defer;
-    for (int i = 0; i < d.n; ++i) emit(d.q[i].level, d.q[i].flags, d.q[i].func, d.q[i].line, d.q[i].text);
+    for (int i = 0; i < d.n; ++i) {
+        const Held &h = d.q[i];
+        emit(h.level, h.flags, h.func, h.line, h.text);
+    }
     d.n = 0;
     d.overflow = false;
 }

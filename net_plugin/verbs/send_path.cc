@@ -132,7 +132,8 @@ struct WrChain {
     uint32_t n = 0;
 
     /// A plain RDMA WRITE of `len` bytes at `local` to `raddr`.
-    void write(uint64_t seq, const uint8_t *local, uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+    void write(uint64_t seq, const uint8_t *local, uint64_t len, uint32_t lkey, uint64_t raddr,
+               uint32_t rkey)
     {
         ibv_send_wr &w = add(reinterpret_cast<uintptr_t>(local), len, lkey);
         w.wr_id = WrId::make(WrId::kData, seq);
@@ -141,8 +142,8 @@ struct WrChain {
         w.wr.rdma.rkey = rkey;
     }
     /// The signaled RDMA WRITE_WITH_IMM that completes the posting.
-    void completing(uint64_t seq, uint64_t local, uint64_t len, uint32_t lkey, uint32_t imm, uint64_t raddr,
-                    uint32_t rkey)
+    void completing(uint64_t seq, uint64_t local, uint64_t len, uint32_t lkey, uint32_t imm,
+                    uint64_t raddr, uint32_t rkey)
     {
         ibv_send_wr &w = add(local, len, lkey);
         w.wr_id = WrId::make(WrId::kRecord, seq);
@@ -196,7 +197,8 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     const uint64_t local = reinterpret_cast<uintptr_t>(from);
     WrChain c;
     if (brief) {
-        c.completing(m.seq, local, m.length, lkey, ShortImm::encode(m.seq, m.entry), m.dest.addr, rkey);
+        c.completing(m.seq, local, m.length, lkey, ShortImm::encode(m.seq, m.entry), m.dest.addr,
+                     rkey);
     } else if (middle) {
         c.completing(m.seq, local, m.length, lkey, PieceImm::encode(m.seq, gen_, m.entry),
                      m.dest.addr + m.offset, rkey);
@@ -212,9 +214,10 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         rec.entry = static_cast<uint8_t>(m.entry);
         rec.offset = static_cast<uint32_t>(m.offset);
         rec.encode(q.out_record(m.seq));
-        c.completing(m.seq, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes, q.lkey(),
-                     static_cast<uint32_t>(m.seq) & Record::kImmSeqMask,
-                     q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes, q.remote().ring_rkey);
+        const uint64_t ring_slot = q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes;
+        c.completing(m.seq, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes,
+                     q.lkey(), static_cast<uint32_t>(m.seq) & Record::kImmSeqMask, ring_slot,
+                     q.remote().ring_rkey);
     }
     ibv_send_wr *bad = nullptr;
     if (int rc = q.qp(qi).post_send(c.head(), &bad); rc != 0) {
