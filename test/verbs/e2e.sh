@@ -75,8 +75,14 @@ start() {
 }
 json() { python3 -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"; }
 finish_ok() {
-    local r rc=0
-    for r in 0 1; do wait "${PIDS[r]}" || { echo "rank $r exited $?" >&2; rc=1; }; done
+    local r rc=0 deadline=$((SECONDS + 300))
+    # Bounded (well inside meson's 600 s): a rank that never exits (a hang, or the guest
+    # kernel stuck under it) fails here with the runs' logs, not as a silent timeout.
+    for r in 0 1; do
+        while kill -0 "${PIDS[r]}" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+        kill -0 "${PIDS[r]}" 2>/dev/null && fail "rank $r did not exit within 300 s"
+        wait "${PIDS[r]}" || { echo "rank $r exited $?" >&2; rc=1; }
+    done
     PIDS=()
     ((rc == 0)) || fail "a rank failed"
     # Rank 0 prints the summary; a rank exits 0 only when it saw no error.
