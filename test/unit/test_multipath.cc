@@ -300,8 +300,9 @@ TEST_CASE("multipath over RDMA: a path's meter ends its share of a message when 
     t.run_for(3); // the last windows close
     // The shared path carried its pieces in well under a millisecond; the slow one was busy
     // for the whole wait. Charged to both (one meter operation per message), the shared path
-    // would show the 40 ms too, and look as slow as the port it stripes with.
+    // would show the 40 ms too (39.6 measured), and look as slow as the port it stripes with.
+    // The bound leaves room for a test thread descheduled on a loaded host.
     CHECK(send_busy_ns(n.send.get(), kPrimary) >= 35 * kW);
-    CHECK(send_busy_ns(n.send.get(), kBackup) < 10 * kW);
+    CHECK(send_busy_ns(n.send.get(), kBackup) < 20 * kW);
     t.check_spent();
 }
