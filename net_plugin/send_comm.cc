@@ -334,33 +334,24 @@ void SendComm::SlotSink::held(uint64_t seq)
 
 void SendComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
 {
-    if (gen == comm->gen_) comm->on_slot_landed(slot, seq, len); // first: it may complete seq
-    comm->on_landed(seq, len, gen);
+    comm->on_landed(slot, seq, len, gen);
 }
 
-void SendComm::on_slot_landed(int slot, uint64_t seq, uint64_t len) noexcept
-{
-    if (seq < acked_ || seq < ack_seen_ || seq >= next_seq_ || held_[seq % kMaxInflight]) return;
-    SendMsg &m = msgs_[seq % kMaxInflight];
-    const size_t k = static_cast<size_t>(slot);
-    if ((m.on_slots >> slot & 1) == 0) return; // abandoned, or its share already ended
-    m.slot_landed[k] += len;
-    if (m.slot_landed[k] < m.slot_bytes[k]) return;
-    // The slot's share ends here; a later piece of the message on it opens a new operation.
-    if (PathTelemetry *tm = paths_[slot].tm.get())
-        tm->meter.on_complete(now_ns(), m.slot_posted_ns[k], m.slot_bytes[k]);
-    m.on_slots = static_cast<uint8_t>(m.on_slots & ~(1u << slot));
-    m.slot_bytes[k] = 0;
-    m.slot_landed[k] = 0;
-}
-
-void SendComm::on_landed(uint64_t seq, uint64_t len, uint32_t gen) noexcept
+void SendComm::on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen) noexcept
 {
     // An older generation's pieces do not count: the switch replays the message whole.
     if (gen != gen_ || seq < acked_ || seq < ack_seen_ || seq >= next_seq_ ||
         held_[seq % kMaxInflight])
         return;
     SendMsg &m = msgs_[seq % kMaxInflight];
+    // The slot's share ends in its meter once its pieces landed (a later piece of the message
+    // on it opens a new operation); first, as landing may complete the message.
+    const size_t k = static_cast<size_t>(slot);
+    if ((m.on_slots >> slot & 1) != 0 && (m.slot_landed[k] += len) >= m.slot_bytes[k]) {
+        if (PathTelemetry *tm = paths_[slot].tm.get())
+            tm->meter.on_complete(now_ns(), m.slot_posted_ns[k], m.slot_bytes[k]);
+        m.drop_share(slot);
+    }
     if (m.landed_gen != gen) {
         m.landed_gen = gen;
         m.landed = 0;
@@ -477,9 +468,7 @@ SendComm::Outstanding SendComm::abandon_locked(int slot, uint64_t now) noexcept
         if ((m.on_slots >> slot & 1) == 0) continue;
         ++o.msgs;
         o.bytes += m.slot_bytes[static_cast<size_t>(slot)];
-        m.on_slots = static_cast<uint8_t>(m.on_slots & ~(1u << slot));
-        m.slot_bytes[static_cast<size_t>(slot)] = 0;
-        m.slot_landed[static_cast<size_t>(slot)] = 0;
+        m.drop_share(slot);
     }
     if (PathTelemetry *tm = paths_[slot].tm.get(); tm != nullptr && o.msgs > 0)
         tm->meter.on_abandon(now, o.msgs, o.bytes);

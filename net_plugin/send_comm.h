@@ -173,6 +173,13 @@ private:
         // Pieces an RDMA path saw land (SendSink::landed), counted in generation landed_gen.
         uint64_t landed = 0;
         uint32_t landed_gen = 0;
+        /// Slot `slot` no longer carries this message in its meter.
+        void drop_share(int slot) noexcept
+        {
+            on_slots = static_cast<uint8_t>(on_slots & ~(1u << slot));
+            slot_bytes[static_cast<size_t>(slot)] = 0;
+            slot_landed[static_cast<size_t>(slot)] = 0;
+        }
     };
 
     void progress_locked() noexcept override;
@@ -194,12 +201,10 @@ private:
     Request &bind_locked(const void *data, size_t size, int tag, MemRegion *mr, int entry) noexcept;
     void on_acked(uint64_t seq) noexcept;
     void on_held(uint64_t seq) noexcept;
-    /// `len` bytes of `seq` landed in generation `gen`: held once this generation's pieces
-    /// cover it.
-    void on_landed(uint64_t seq, uint64_t len, uint32_t gen) noexcept;
-    /// `len` bytes of a piece of `seq` that slot `slot` carried landed (this generation): the
-    /// slot's meter operation for the message ends once they cover the slot's bytes of it.
-    void on_slot_landed(int slot, uint64_t seq, uint64_t len) noexcept;
+    /// `len` bytes of `seq` that slot `slot` carried landed in generation `gen`: held once
+    /// this generation's pieces cover it; the slot's meter operation for it ends once they
+    /// cover the slot's bytes of it.
+    void on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen) noexcept;
     /// Completes send `seq` (ring slot i): the receiver holds it.
     void complete_one_locked(uint64_t seq, uint64_t now) noexcept;
     int on_cts(int slot, const CtsGroup &g) noexcept;

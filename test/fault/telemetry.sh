@@ -66,10 +66,8 @@ stop_load() {
     LOAD=""
 }
 trap 'stop_load; rm -rf "$TMP"' EXIT
-# ranks_pids: pids of the vigil-netbench processes of this run (this test's own $TMP names
-# them; other jobs on the host have registries too and must not count).
-ranks_pids() { pgrep -f -- "--rendezvous unix:$TMP/rdv.$RUN_ID.sock" | while read -r p; do
-    [[ $(cat "/proc/$p/comm" 2>/dev/null) == vigil-netbench ]] && echo "$p"; done; }
+# ranks_pids: pids of the vigil-netbench processes of this run.
+ranks_pids() { netbench_pids "unix:$TMP/rdv.$RUN_ID.sock"; }
 # flagged: "pid kind slot device" of every path of this run flagged degraded right now.
 flagged() {
     local ours
@@ -87,22 +85,6 @@ sender_pid() { pgrep -f -- "--rank 0 --nranks 2 --rendezvous unix:$TMP/rdv.$RUN_
 
 # degraded_warns: the "path degraded" lines the ranks of this run logged so far.
 degraded_warns() { grep -h "path degraded" "$OUT".err.* || true; }
-# judging PID: the newest window of PID's send primary path carries a baseline (the detector
-# is past its warm-up and would flag it), so "nothing flagged" says something.
-judging() {
-    "$VIGIL" dump --windows 1 | python3 -c '
-import json, sys
-paths = {}
-for line in sys.stdin:
-    r = json.loads(line)
-    if str(r.get("pid")) != sys.argv[1]:
-        continue
-    if r["type"] == "path":
-        paths[r["path"]] = (r["kind"], r["slot"])
-    elif paths.get(r["path"]) == ("send", "primary") and r["baseline_Bps"] > 0:
-        sys.exit(0)
-sys.exit(1)' "$1"
-}
 
 # stream LOAD: the bandwidth stream until the detector judges (its warm-up waits for spans the
 # end points hardly held up: seconds on a loaded machine); with LOAD=busy, then 1.5 s more with

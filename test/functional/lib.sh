@@ -72,3 +72,31 @@ need_root_lab() {
         exit 77
     fi
 }
+
+# netbench_pids RDV: the vigil-netbench processes started with `--rendezvous RDV` (a test's
+# own $TMP names it: other jobs on the host have registries too and must not count).
+netbench_pids() {
+    pgrep -f -- "--rendezvous $1" | while read -r p; do
+        [[ $(cat "/proc/$p/comm" 2>/dev/null) == vigil-netbench ]] && echo "$p"
+    done
+}
+
+# judging PID...: the newest window of every PID's send primary path carries a baseline (its
+# detector is past its warm-up and would flag the path), read with `$VIGIL_BIN dump`. False
+# without a PID.
+judging() {
+    (($# > 0)) || return 1
+    "${VIGIL_BIN:?VIGIL_BIN not set}" dump --windows 1 | python3 -c '
+import json, sys
+ours, paths, judged = set(sys.argv[1:]), {}, set()
+for line in sys.stdin:
+    r = json.loads(line)
+    pid = str(r.get("pid"))
+    if pid not in ours:
+        continue
+    if r["type"] == "path":
+        paths[(pid, r["path"])] = (r["kind"], r["slot"])
+    elif paths.get((pid, r["path"])) == ("send", "primary") and r["baseline_Bps"] > 0:
+        judged.add(pid)
+sys.exit(0 if judged == ours else 1)' "$@"
+}

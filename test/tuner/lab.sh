@@ -11,7 +11,7 @@
 # decisions throughout.
 source "$(dirname "$0")/../functional/lib.sh"
 need_root_lab
-VIGIL=${VIGIL_BIN:?VIGIL_BIN not set}
+: "${VIGIL_BIN:?VIGIL_BIN not set}"
 command -v redis-server >/dev/null || { echo "SKIP: redis-server is not installed (scripts/setup.sh)" >&2; exit 77; }
 if [[ ${NETLAB:-} == "" ]]; then exec "$NETLAB_SH" run -H 4 -P 2 -- "$0" "$@"; fi
 for h in 0 1 2 3; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 800mbit; done; done
@@ -35,28 +35,13 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 
-# ranks_pids: the vigil-netbench processes of the first run_ranks of this script.
-ranks_pids() { pgrep -f -- "--rendezvous unix:$TMP/rdv.1.sock" | while read -r p; do
-    [[ $(cat "/proc/$p/comm" 2>/dev/null) == vigil-netbench ]] && echo "$p"; done; }
-# judging: every rank's send primary path has a baseline in its newest window (its detector
-# is past its warm-up): a port cut before that is learned as the path's normal rate.
-judging() {
+# all_judging: the four ranks of this script's first run_ranks are up, and each one's
+# detector judges its send primary path (lib.sh's judging): a port cut before that is
+# learned as the path's normal rate.
+all_judging() {
     local pids
-    mapfile -t pids < <(ranks_pids)
-    ((${#pids[@]} == 4)) || return 1
-    "$VIGIL" dump --windows 1 | python3 -c '
-import json, sys
-ours, paths, judged = set(sys.argv[1:]), {}, set()
-for line in sys.stdin:
-    r = json.loads(line)
-    pid = str(r.get("pid"))
-    if pid not in ours:
-        continue
-    if r["type"] == "path":
-        paths[(pid, r["path"])] = (r["kind"], r["slot"])
-    elif paths.get((pid, r["path"])) == ("send", "primary") and r["baseline_Bps"] > 0:
-        judged.add(pid)
-sys.exit(0 if judged == ours else 1)' "${pids[@]}"
+    mapfile -t pids < <(netbench_pids "unix:$TMP/rdv.1.sock")
+    ((${#pids[@]} == 4)) && judging "${pids[@]}"
 }
 # The iteration rank 0 reported last ($TMP/out.1: its stdout), -1 before the first.
 last_iter() { awk '$1 ~ /^[0-9]+$/ { i = $1 } END { print (i == "" ? -1 : i) }' "$TMP/out.1" 2>/dev/null || echo -1; }
@@ -64,7 +49,7 @@ last_iter() { awk '$1 ~ /^[0-9]+$/ { i = $1 } END { print (i == "" ? -1 : i) }' 
 # Cut host 2's port 0 once every detector judges; degraded.at gets the last iteration before.
 (
     for _ in $(seq 300); do # 60 s
-        if judging; then
+        if all_judging; then
             "$NETLAB_SH" degrade 2 0 200mbit
             last_iter >"$TMP/degraded.at"
             exit 0
