@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The fabric-neutral part of connection set-up: listening sockets, bounded accepting, the
-// retrying non-blocking connect.
+// retrying non-blocking connect, and the connector's side of the rendezvous (the listener's
+// is rendezvous_listen.cc).
 #include "rendezvous.h"
 
 #include <cerrno>
@@ -8,6 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include "clock.h"
 #include "log.h"
 
 namespace vigil::net::rendezvous {
@@ -23,8 +25,8 @@ bool transient_connect_error(int err)
 
 } // namespace
 
-int listen_on(int dev, const DeviceAddrs &devs, ListenHandle *handle, std::vector<ListenSocket> *out,
-              std::array<uint8_t, 16> *nonce)
+int listen_on(int dev, const DeviceAddrs &devs, ListenHandle *handle,
+              std::vector<ListenSocket> *out, std::array<uint8_t, 16> *nonce)
 {
     std::vector<int> order{dev};
     for (int d = 0; d < devs.count; ++d)
@@ -43,11 +45,12 @@ int listen_on(int dev, const DeviceAddrs &devs, ListenHandle *handle, std::vecto
         if (::bind(fd, reinterpret_cast<sockaddr *>(&ss), len) != 0 || ::listen(fd, 128) != 0) {
             const int rc = -errno;
             if (d == dev) {
-                VLOG_WARN("listen on dev %s %s failed: %s", devs.name(d).c_str(), at.to_string().c_str(),
-                          strerror(errno));
+                VLOG_WARN("listen on dev %s %s failed: %s", devs.name(d).c_str(),
+                          at.to_string().c_str(), strerror(errno));
                 return rc;
             }
-            VLOG_INFO(NCCL_NET, "no backup listener on dev %s: %s", devs.name(d).c_str(), strerror(errno));
+            VLOG_INFO(NCCL_NET, "no backup listener on dev %s: %s", devs.name(d).c_str(),
+                      strerror(errno));
             continue;
         }
         len = sizeof(ss);
@@ -87,8 +90,10 @@ int accept_all(std::vector<ListenSocket> &sockets, const DeviceAddrs &devs,
             Endpoint peer;
             Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&ss), &peer);
             if (pending() >= kMaxPending) {
-                VLOG_WARN("dev %s: rejected connection from %s: too many connections awaiting their "
-                          "hello; still listening", devs.name(ls.dev).c_str(), peer.to_string().c_str());
+                VLOG_WARN(
+                    "dev %s: rejected connection from %s: too many connections awaiting their "
+                    "hello; still listening",
+                    devs.name(ls.dev).c_str(), peer.to_string().c_str());
                 continue;
             }
             take(std::move(owned), ls.dev, peer);
@@ -114,7 +119,8 @@ int start_connect(const Endpoint &src, const Endpoint &remote, bool bind_require
     }
     if (int rc = prepare(s, bound); rc != 0) return rc;
     const socklen_t len = remote.to_sockaddr(&ss);
-    if (::connect(s, reinterpret_cast<sockaddr *>(&ss), len) != 0 && errno != EINPROGRESS) return -errno;
+    if (::connect(s, reinterpret_cast<sockaddr *>(&ss), len) != 0 && errno != EINPROGRESS)
+        return -errno;
     return 0;
 }
 
@@ -140,13 +146,113 @@ int Connect::step(uint64_t now, uint64_t deadline_ns, const Start &start, std::s
     getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
         if (!transient_connect_error(err)) return *why = strerror(err), -err;
-        if (now > deadline_ns) return *why = std::string(strerror(err)) + " until the connect deadline", -err;
+        if (now > deadline_ns)
+            return *why = std::string(strerror(err)) + " until the connect deadline", -err;
         fd_.reset();
         retry_at_ns_ = now + kRetryNs;
         return 0;
     }
     connected_ = true;
     return 1;
+}
+
+// ---- the connector's side -----------------------------------------------------------------
+
+Intro make_intro(const ConnectSide &side, int slot, const std::array<uint8_t, 16> &nonce,
+                 uint64_t conn_id, bool rebuild)
+{
+    Intro in;
+    in.nonce = nonce;
+    in.conn_id = conn_id;
+    while (in.path_id == 0) random_bytes(&in.path_id, sizeof(in.path_id));
+    in.slot = slot;
+    in.npaths = side.plans(kBackup) ? 2 : 1;
+    in.rebuild = rebuild;
+    return in;
+}
+
+Connecting::Connecting(std::shared_ptr<ConnectSide> side, const std::array<uint8_t, 16> &nonce)
+    : side_(std::move(side)), nonce_(nonce)
+{
+    while (conn_id_ == 0) random_bytes(&conn_id_, sizeof(conn_id_));
+    const uint64_t now = now_ns();
+    for (int k = 0; k < kMaxPaths; ++k) {
+        if (!side_->plans(k)) continue;
+        const int rc = side_->dial(make_intro(*side_, k, nonce_, conn_id_, false), now,
+                                   &dials_[static_cast<size_t>(k)]);
+        if (rc != 0 && k == kPrimary) failed_ = rc;
+    }
+}
+
+int Connecting::progress(SendPaths *out)
+{
+    *out = SendPaths{};
+    if (failed_ != 0 || !dials_[kPrimary]) {
+        VLOG_WARN("connect failed: the primary path could not start: %s",
+                  strerror(failed_ ? -failed_ : EINVAL));
+        return failed_ != 0 ? failed_ : -EINVAL;
+    }
+    const uint64_t now = now_ns();
+    bool pending = false;
+    for (int k = 0; k < kMaxPaths; ++k) {
+        std::unique_ptr<Dial> &d = dials_[static_cast<size_t>(k)];
+        if (!d || d->done()) continue;
+        std::string why;
+        if (int rc = d->step(now, &why); rc != 0) {
+            if (k == kPrimary) {
+                VLOG_WARN("connect from dev %s to %s failed: %s", d->local_name().c_str(),
+                          d->remote().to_string().c_str(), why.c_str());
+                return rc;
+            }
+            VLOG_WARN(
+                "backup path from dev %s to %s not established: %s; the connection runs without a "
+                "standby until a rebuild succeeds",
+                d->local_name().c_str(), d->remote().to_string().c_str(), why.c_str());
+            d.reset();
+            continue;
+        }
+        pending = pending || !d->done();
+    }
+    if (pending) return 0;
+    for (int k = 0; k < kMaxPaths; ++k)
+        if (std::unique_ptr<Dial> &d = dials_[static_cast<size_t>(k)])
+            out->paths[static_cast<size_t>(k)] = d->build();
+    out->rebuilder = std::make_unique<Rebuilding>(side_, nonce_, conn_id_);
+    return 0;
+}
+
+Rebuilding::Rebuilding(std::shared_ptr<ConnectSide> side, const std::array<uint8_t, 16> &nonce,
+                       uint64_t conn_id)
+    : side_(std::move(side)), nonce_(nonce), conn_id_(conn_id)
+{
+}
+
+bool Rebuilding::can_rebuild(int slot) const
+{
+    return slot >= 0 && slot < kMaxPaths && side_->plans(slot);
+}
+
+int Rebuilding::progress(int slot, std::unique_ptr<SendPath> *out)
+{
+    out->reset();
+    if (!can_rebuild(slot)) return -EINVAL;
+    std::unique_ptr<Dial> &a = attempts_[static_cast<size_t>(slot)];
+    const uint64_t now = now_ns();
+    if (!a)
+        if (int rc = side_->dial(make_intro(*side_, slot, nonce_, conn_id_, true), now, &a);
+            rc != 0)
+            return rc;
+    std::string why;
+    if (int rc = a->step(now, &why); rc != 0) {
+        VLOG_TRACE(NCCL_NET, "rebuild of %s path from dev %s failed: %s",
+                   slot == kPrimary ? "primary" : "backup", a->local_name().c_str(), why.c_str());
+        a.reset();
+        return rc;
+    }
+    if (!a->done()) return 0;
+    *out = a->build();
+    a.reset();
+    return 0;
 }
 
 } // namespace vigil::net::rendezvous

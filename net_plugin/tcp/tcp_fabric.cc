@@ -60,9 +60,9 @@ int TcpFabric::open(const Params &params, std::unique_ptr<Fabric> *out, std::str
 
 int TcpFabric::listen(int dev, ListenHandle *handle, std::unique_ptr<Listener> *out)
 {
-    std::shared_ptr<TcpListener> l;
-    if (int rc = TcpListener::create(devs_, dev, params_, handle, &l); rc != 0) return rc;
-    *out = std::make_unique<rendezvous::ListenComm<TcpListener>>(std::move(l));
+    std::shared_ptr<rendezvous::Listening> l;
+    if (int rc = tcp::listen(devs_, dev, params_, handle, &l); rc != 0) return rc;
+    *out = std::make_unique<rendezvous::ListenComm>(std::move(l));
     return 0;
 }
 
@@ -77,7 +77,8 @@ int TcpFabric::connect(const ConnectPlan &plan, const ListenHandle &handle, std:
         pp[s] = PathPlan{plan.local_dev[s], handle.addrs[static_cast<size_t>(plan.remote[s])]};
     }
     if (pp[kPrimary].local_dev < 0) return -EINVAL;
-    *out = std::make_unique<TcpConnector>(devs_, pp, handle, params_);
+    auto side = std::make_shared<TcpConnectSide>(devs_, pp, params_);
+    *out = std::make_unique<rendezvous::Connecting>(std::move(side), handle.nonce);
     return 0;
 }
 

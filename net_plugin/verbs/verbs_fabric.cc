@@ -151,9 +151,9 @@ uint64_t VerbsFabric::handshake_timeout_ns() const
 
 int VerbsFabric::listen(int dev, ListenHandle *handle, std::unique_ptr<Listener> *out)
 {
-    std::shared_ptr<VerbsListener> l;
-    if (int rc = VerbsListener::create(*this, dev, handle, &l); rc != 0) return rc;
-    *out = std::make_unique<rendezvous::ListenComm<VerbsListener>>(std::move(l));
+    std::shared_ptr<rendezvous::Listening> l;
+    if (int rc = verbs_fabric::listen(*this, dev, handle, &l); rc != 0) return rc;
+    *out = std::make_unique<rendezvous::ListenComm>(std::move(l));
     return 0;
 }
 
@@ -170,7 +170,8 @@ int VerbsFabric::connect(const ConnectPlan &plan, const ListenHandle &handle, st
         vp[s].traffic_class = plan.traffic_class;
     }
     if (vp[kPrimary].local_dev < 0) return -EINVAL;
-    *out = std::make_unique<VerbsConnector>(*this, vp, handle);
+    auto side = std::make_shared<VerbsConnectSide>(*this, vp);
+    *out = std::make_unique<rendezvous::Connecting>(std::move(side), handle.nonce);
     return 0;
 }
 

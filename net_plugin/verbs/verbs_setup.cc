@@ -32,19 +32,19 @@ std::string qp_list(const PathEnd &e)
 
 } // namespace
 
-Hello make_hello(const std::array<VerbsPlan, kMaxPaths> &plan, int slot, const std::array<uint8_t, 16> &nonce,
-                 uint64_t conn_id, bool rebuild)
+Hello make_hello(const std::array<VerbsPlan, kMaxPaths> &plan, const rendezvous::Intro &intro)
 {
     Hello h;
-    h.slot = static_cast<uint8_t>(slot);
-    h.npaths = plan[kBackup].local_dev >= 0 ? 2 : 1;
-    h.rebuild = rebuild ? 1 : 0;
-    h.nonce = nonce;
-    h.conn_id = conn_id;
-    while (h.path_id == 0) random_bytes(&h.path_id, sizeof(h.path_id));
-    h.peer_dev = static_cast<uint32_t>(plan[static_cast<size_t>(slot)].peer_dev);
-    const VerbsPlan &other = plan[static_cast<size_t>(1 - slot)];
-    h.other_dev = other.local_dev >= 0 && other.peer_dev >= 0 ? static_cast<uint32_t>(other.peer_dev) : Hello::kNoDev;
+    h.slot = static_cast<uint8_t>(intro.slot);
+    h.npaths = static_cast<uint8_t>(intro.npaths);
+    h.rebuild = intro.rebuild ? 1 : 0;
+    h.nonce = intro.nonce;
+    h.conn_id = intro.conn_id;
+    h.path_id = intro.path_id;
+    h.peer_dev = static_cast<uint32_t>(plan[static_cast<size_t>(intro.slot)].peer_dev);
+    const VerbsPlan &other = plan[static_cast<size_t>(1 - intro.slot)];
+    h.other_dev = other.local_dev >= 0 && other.peer_dev >= 0 ? static_cast<uint32_t>(other.peer_dev)
+                                                               : Hello::kNoDev;
     return h;
 }
 
@@ -221,129 +221,88 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
     }
 }
 
-// ---- listener -------------------------------------------------------------------------------
+// ---- the rendezvous's halves ---------------------------------------------------------------
 
-int VerbsListener::create(VerbsFabric &fabric, int dev, ListenHandle *handle, std::shared_ptr<VerbsListener> *out)
+namespace {
+
+/// The listener's half of one path: a PathSetup in the listener's role.
+class VerbsArrival final : public rendezvous::Arrival
 {
-    auto l = std::make_shared<VerbsListener>(fabric);
-    if (int rc = rendezvous::listen_on(dev, l->device_addrs(), handle, &l->listening_, &l->nonce_); rc != 0)
-        return rc;
-    *out = std::move(l);
-    return 0;
-}
+public:
+    VerbsArrival(VerbsFabric &fabric, int dev, UniqueFd fd, const Endpoint &peer,
+                 uint64_t deadline_ns)
+        : Arrival(dev, peer), fabric_(fabric), setup_(fabric, dev, std::move(fd), peer, deadline_ns)
+    {
+    }
+    int step(uint64_t now, const Check &check, std::string *why) override
+    {
+        return setup_.step(now, why, [&](const Hello &h) {
+            intro_.nonce = h.nonce;
+            intro_.conn_id = h.conn_id;
+            intro_.path_id = h.path_id;
+            intro_.slot = h.slot;
+            intro_.npaths = h.npaths;
+            intro_.rebuild = h.rebuild != 0;
+            intro_.other_dev =
+                h.other_dev < fabric_.devices().size() ? static_cast<int>(h.other_dev) : -1;
+            return check(intro_);
+        });
+    }
+    bool done() const override { return setup_.done(); }
+    const rendezvous::Intro &intro() const override { return intro_; }
+    PathSetup &setup() { return setup_; }
 
-rendezvous::DeviceAddrs VerbsListener::device_addrs() const
+private:
+    VerbsFabric &fabric_;
+    PathSetup setup_;
+    rendezvous::Intro intro_;
+};
+
+/// What the verbs fabric's listener is made of.
+class VerbsAcceptSide final : public rendezvous::AcceptSide
 {
-    return {static_cast<int>(fabric_.devices().size()), [this](int d) { return fabric_.bootstrap(d); },
-            [this](int d) { return fabric_.dev_name(d); }};
-}
+public:
+    explicit VerbsAcceptSide(VerbsFabric &f) : fabric_(f) {}
+    rendezvous::DeviceAddrs devices() const override
+    {
+        return {static_cast<int>(fabric_.devices().size()),
+                [this](int d) { return fabric_.bootstrap(d); },
+                [this](int d) { return fabric_.dev_name(d); }};
+    }
+    uint64_t handshake_timeout_ns() const override { return fabric_.handshake_timeout_ns(); }
+    const char *part_name() const override { return "set-up socket"; }
+    std::unique_ptr<rendezvous::Arrival> arrive(UniqueFd fd, int dev, const Endpoint &peer,
+                                                uint64_t deadline_ns) override
+    {
+        return std::make_unique<VerbsArrival>(fabric_, dev, std::move(fd), peer, deadline_ns);
+    }
+    std::unique_ptr<RecvPath> build(int /*slot*/, int /*dev*/,
+                                    std::vector<std::unique_ptr<rendezvous::Arrival>> parts,
+                                    std::string * /*why*/) override
+    {
+        PathSetup &s = static_cast<VerbsArrival &>(*parts.front()).setup();
+        return std::make_unique<VerbsRecvPath>(s.take_qps(), s.identity());
+    }
+    void accepted(RecvPaths *out) override;
+    bool quiet_failure(const rendezvous::Arrival &a) const override
+    {
+        // A rebuild that fails (its port, or the peer's, is still down) is expected while a
+        // path heals.
+        return a.intro().rebuild || !fabric_.port_active(a.dev());
+    }
 
-void VerbsListener::finish(PathSetup &s, uint64_t now)
-{
-    const Hello &h = s.hello();
-    auto path = std::make_unique<VerbsRecvPath>(s.take_qps(), s.identity());
-    if (h.rebuild) {
-        rebuilt_.push_back(Rebuilt{h.conn_id, std::move(path)});
-        return;
-    }
-    Group *g = nullptr;
-    for (Group &c : groups_)
-        if (c.conn_id == h.conn_id) g = &c;
-    if (g == nullptr) {
-        if (groups_.size() >= rendezvous::kMaxGroups) {
-            VLOG_WARN("dev %s: too many connections being set up; dropped one", fabric_.dev_name(s.local_dev()).c_str());
-            return;
-        }
-        g = &groups_.emplace_back();
-        g->conn_id = h.conn_id;
-        g->npaths = h.npaths;
-        g->deadline_ns = now + fabric_.handshake_timeout_ns();
-    }
-    g->devs[h.slot] = s.local_dev();
-    if (h.other_dev != Hello::kNoDev && h.other_dev < fabric_.devices().size())
-        g->devs[1 - h.slot] = static_cast<int>(h.other_dev);
-    if (g->paths[h.slot]) {
-        VLOG_WARN("dev %s: a second %s path for one connection; dropped", fabric_.dev_name(s.local_dev()).c_str(),
-                  h.slot == kPrimary ? "primary" : "backup");
-        return;
-    }
-    g->paths[h.slot] = std::move(path);
-}
+private:
+    VerbsFabric &fabric_;
+};
 
-int VerbsListener::pump(uint64_t now)
-{
-    const int rc = rendezvous::accept_all(listening_, device_addrs(), [this] { return pending_.size(); },
-                                          [&](UniqueFd fd, int dev, const Endpoint &peer) {
-                                              pending_.push_back(std::make_unique<PathSetup>(
-                                                  fabric_, dev, std::move(fd), peer,
-                                                  now + fabric_.handshake_timeout_ns()));
-                                          });
-    auto check = [&](const Hello &h) -> const char * {
-        if (!nonce_equal(h.nonce, nonce_)) return "wrong nonce";
-        if (h.rebuild && std::find(served_.begin(), served_.end(), h.conn_id) == served_.end())
-            return "path rebuild for an unknown connection";
-        return nullptr;
-    };
-    for (auto &p : pending_) {
-        std::string why;
-        const int rc = p->step(now, &why, check);
-        if (rc != 0) {
-            // One WARN per impostor connection, not per path. A rebuild that fails (its port,
-            // or the peer's, is still down) is expected while a path heals: INFO.
-            const bool quiet = p->hello().rebuild || !fabric_.port_active(p->local_dev());
-            const bool repeat = why == "wrong nonce" && !refusals_.first(p->hello().conn_id);
-            if (quiet)
-                VLOG_INFO(NCCL_NET, "dev %s: path set-up from %s failed: %s",
-                          fabric_.dev_name(p->local_dev()).c_str(), p->remote().to_string().c_str(), why.c_str());
-            else if (!repeat)
-                VLOG_WARN("dev %s: rejected connection from %s: %s; still listening",
-                          fabric_.dev_name(p->local_dev()).c_str(), p->remote().to_string().c_str(), why.c_str());
-            p.reset();
-            continue;
-        }
-        if (p->done()) {
-            finish(*p, now);
-            p.reset();
-        }
-    }
-    std::erase_if(pending_, [](const auto &p) { return !p; });
-    return rc;
-}
-
-int VerbsListener::accept(RecvPaths *out)
-{
-    *out = RecvPaths{};
-    std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t now = now_ns();
-    if (int rc = pump(now); rc != 0) return rc;
-    for (Group &g : groups_) {
-        if (g.conn_id == 0) continue;
-        if (g.paths[kPrimary]) {
-            if (g.primary_done_ns == 0) g.primary_done_ns = now;
-            if (g.npaths == 1 || g.paths[kBackup] || now - g.primary_done_ns > rendezvous::kBackupGraceNs) {
-                out->paths[kPrimary] = std::move(g.paths[kPrimary]);
-                out->paths[kBackup] = std::move(g.paths[kBackup]);
-                out->devs = g.devs;
-                out->acceptor = std::make_unique<VerbsAcceptor>(shared_from_this(), g.conn_id);
-                add_flushers(out);
-                served_.push_back(g.conn_id);
-                g = Group{};
-                break;
-            }
-        } else if (now > g.deadline_ns + rendezvous::kBackupGraceNs) {
-            g = Group{}; // a backup whose primary never came
-        }
-    }
-    std::erase_if(groups_, [](const Group &g) { return g.conn_id == 0; });
-    return 0;
-}
-
-void VerbsListener::add_flushers(RecvPaths *out)
+void VerbsAcceptSide::accepted(RecvPaths *out)
 {
     // Only a device that can write GPU memory (GPUDirect RDMA) needs NCCL's flush.
     for (int s = 0; s < kMaxPaths; ++s) {
         const int dev = out->devs[static_cast<size_t>(s)];
-        if (dev < 0 || (fabric_.devices()[static_cast<size_t>(dev)].ptr_support & NCCL_PTR_CUDA) == 0) continue;
+        if (dev < 0 ||
+            (fabric_.devices()[static_cast<size_t>(dev)].ptr_support & NCCL_PTR_CUDA) == 0)
+            continue;
         std::unique_ptr<VerbsFlusher> f;
         std::string why;
         if (VerbsFlusher::create(fabric_.port_info(dev), fabric_.qp_config(-1), &f, &why) != 0)
@@ -353,116 +312,54 @@ void VerbsListener::add_flushers(RecvPaths *out)
     }
 }
 
-bool VerbsListener::take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *out)
+/// The connector's half of one path: a PathSetup in the connector's role.
+class VerbsDial final : public rendezvous::Dial
 {
-    std::lock_guard<std::mutex> lock(mu_);
-    pump(now_ns());
-    for (auto it = rebuilt_.begin(); it != rebuilt_.end(); ++it) {
-        if (it->conn_id != conn_id) continue;
-        *out = std::move(it->path);
-        rebuilt_.erase(it);
-        return true;
+public:
+    VerbsDial(VerbsFabric &fabric, const VerbsPlan &p, const Hello &h, uint64_t deadline_ns)
+        : fabric_(fabric), setup_(fabric, p.local_dev, p.remote, h, deadline_ns, p.traffic_class)
+    {
     }
-    return false;
-}
-
-int VerbsAcceptor::poll(std::unique_ptr<RecvPath> *out)
-{
-    l_->take_rebuilt(conn_id_, out);
-    return 0;
-}
-
-// ---- connector ------------------------------------------------------------------------------
-
-VerbsConnector::VerbsConnector(VerbsFabric &fabric, const std::array<VerbsPlan, kMaxPaths> &plan,
-                               const ListenHandle &h)
-    : fabric_(fabric), plan_(plan), nonce_(h.nonce)
-{
-    while (conn_id_ == 0) random_bytes(&conn_id_, sizeof(conn_id_));
-    const uint64_t deadline = now_ns() + fabric.connect_timeout_ns();
-    for (int k = 0; k < kMaxPaths; ++k) {
-        const VerbsPlan &p = plan_[static_cast<size_t>(k)];
-        if (p.local_dev < 0) continue;
-        setups_[static_cast<size_t>(k)] =
-            std::make_unique<PathSetup>(fabric, p.local_dev, p.remote, make_hello(plan_, k, nonce_, conn_id_, false),
-                                        deadline, p.traffic_class);
+    int step(uint64_t now, std::string *why) override
+    {
+        return setup_.step(now, why, [](const Hello &) -> const char * { return nullptr; });
     }
-}
-
-int VerbsConnector::progress(SendPaths *out)
-{
-    *out = SendPaths{};
-    const uint64_t now = now_ns();
-    bool pending = false;
-    auto none = [](const Hello &) -> const char * { return nullptr; };
-    for (int k = 0; k < kMaxPaths; ++k) {
-        auto &s = setups_[static_cast<size_t>(k)];
-        if (!s || s->done()) continue;
-        std::string why;
-        if (int rc = s->step(now, &why, none); rc != 0) {
-            if (k == kPrimary) {
-                VLOG_WARN("connect from dev %s to %s failed: %s", fabric_.dev_name(s->local_dev()).c_str(),
-                          s->remote().to_string().c_str(), why.c_str());
-                return rc;
-            }
-            VLOG_WARN("backup path from dev %s to %s not established: %s; the connection runs without a "
-                      "standby until a rebuild succeeds",
-                      fabric_.dev_name(s->local_dev()).c_str(), s->remote().to_string().c_str(), why.c_str());
-            s.reset();
-            continue;
-        }
-        pending = pending || !s->done();
+    bool done() const override { return setup_.done(); }
+    std::unique_ptr<SendPath> build() override
+    {
+        PathIdentity id = setup_.identity();
+        return std::make_unique<VerbsSendPath>(setup_.take_qps(), std::move(id));
     }
-    if (pending) return 0;
-    for (int k = 0; k < kMaxPaths; ++k) {
-        auto &s = setups_[static_cast<size_t>(k)];
-        if (!s) continue;
-        PathIdentity id = s->identity();
-        out->paths[static_cast<size_t>(k)] = std::make_unique<VerbsSendPath>(s->take_qps(), std::move(id));
-    }
-    out->rebuilder = std::make_unique<VerbsRebuilder>(fabric_, plan_, nonce_, conn_id_);
-    return 0;
+    std::string local_name() const override { return fabric_.dev_name(setup_.local_dev()); }
+    const Endpoint &remote() const override { return setup_.remote(); }
+
+private:
+    VerbsFabric &fabric_;
+    PathSetup setup_;
+};
+
+} // namespace
+
+int listen(VerbsFabric &fabric, int dev, ListenHandle *handle,
+           std::shared_ptr<rendezvous::Listening> *out)
+{
+    return rendezvous::Listening::create(std::make_unique<VerbsAcceptSide>(fabric), dev, handle,
+                                         out);
 }
 
-VerbsRebuilder::VerbsRebuilder(VerbsFabric &fabric, const std::array<VerbsPlan, kMaxPaths> &plan,
-                               const std::array<uint8_t, 16> &nonce, uint64_t conn_id)
-    : fabric_(fabric), plan_(plan), nonce_(nonce), conn_id_(conn_id)
+int VerbsConnectSide::dial(const rendezvous::Intro &intro, uint64_t now,
+                           std::unique_ptr<rendezvous::Dial> *out)
 {
-}
-
-bool VerbsRebuilder::can_rebuild(int slot) const
-{
-    return slot >= 0 && slot < kMaxPaths && plan_[static_cast<size_t>(slot)].local_dev >= 0;
-}
-
-int VerbsRebuilder::progress(int slot, std::unique_ptr<SendPath> *out)
-{
-    out->reset();
-    if (!can_rebuild(slot)) return -EINVAL;
-    auto &a = attempts_[static_cast<size_t>(slot)];
-    const uint64_t now = now_ns();
-    if (!a) {
-        const VerbsPlan &p = plan_[static_cast<size_t>(slot)];
+    const VerbsPlan &p = plan_[static_cast<size_t>(intro.slot)];
+    uint64_t deadline = now + fabric_.connect_timeout_ns();
+    if (intro.rebuild) {
         // No attempt while the local port is down: PORT_ACTIVE will reset the backoff.
         if (!fabric_.port_active(p.local_dev)) return -ENETDOWN;
         // Short attempts: towards a port still down nothing answers, and a fresh attempt after
         // the repair beats waiting out a long one.
-        const uint64_t limit = std::min<uint64_t>(fabric_.handshake_timeout_ns(), kRebuildAttemptNs);
-        a = std::make_unique<PathSetup>(fabric_, p.local_dev, p.remote, make_hello(plan_, slot, nonce_, conn_id_, true),
-                                        now + limit, p.traffic_class);
+        deadline = now + std::min<uint64_t>(fabric_.handshake_timeout_ns(), kRebuildAttemptNs);
     }
-    std::string why;
-    auto none = [](const Hello &) -> const char * { return nullptr; };
-    if (int rc = a->step(now, &why, none); rc != 0) {
-        VLOG_TRACE(NCCL_NET, "rebuild of %s path from dev %s failed: %s", slot == kPrimary ? "primary" : "backup",
-                   fabric_.dev_name(a->local_dev()).c_str(), why.c_str());
-        a.reset();
-        return rc;
-    }
-    if (!a->done()) return 0;
-    PathIdentity id = a->identity();
-    *out = std::make_unique<VerbsSendPath>(a->take_qps(), std::move(id));
-    a.reset();
+    *out = std::make_unique<VerbsDial>(fabric_, p, make_hello(plan_, intro), deadline);
     return 0;
 }
 

@@ -5,11 +5,12 @@
 // QPs, drives them to RTS towards the connector's and answers with its end (QPs and record
 // ring); the connector drives its QPs to RTS and sends a ready word, after which the path
 // carries traffic and the socket closes. Every step is non-blocking; NCCL calls again.
+// These are the verbs fabric's halves of the rendezvous (rendezvous.h), which does the
+// listening, grouping, nonce checks, grace, rebuilds and the primary/backup policy.
 #pragma once
 
 #include <array>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,15 @@ class VerbsFabric;
 
 /// One path being set up, on either side: the socket, the bytes of the current message, and
 /// the QPs. Not thread-safe.
+///
+///   connector: kConnect --connected; QPs made--> kSendHello --sent--> kReadAnswer
+///              --answer valid; QPs to RTS--> kSendReady --sent--> kDone
+///   listener:  kReadHello --hello valid and accepted; QPs made, to RTS--> kSendAnswer
+///              --sent--> kReadReady --ready word--> kDone
+///
+/// A socket error, a closed socket, a malformed or refused message, a QP that cannot be made
+/// or connected, or no progress by the deadline fails step(); the set-up socket closes in
+/// order at kDone.
 class PathSetup
 {
 public:
@@ -74,65 +84,11 @@ private:
     size_t in_got_ = 0;
 };
 
-/// NCCL's listenComm of the verbs fabric: a listening socket on the comm's device and on up
-/// to three other devices (where backup paths arrive), the paths being set up, and, after
-/// accept(), the rebuilt paths of the connections it produced (kept alive by their
-/// acceptors). Thread-safe (one lock). Bounded as the TCP listener (rendezvous.h):
-/// kMaxPending sockets in set-up, kMaxGroups connections half set up.
-class VerbsListener : public std::enable_shared_from_this<VerbsListener>
-{
-public:
-
-    static int create(VerbsFabric &fabric, int dev, ListenHandle *handle, std::shared_ptr<VerbsListener> *out);
-    int accept(RecvPaths *out);
-    bool take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *out);
-
-    explicit VerbsListener(VerbsFabric &f) : fabric_(f) {}
-
-private:
-    struct Group {
-        uint64_t conn_id = 0;
-        int npaths = 1;
-        std::array<std::unique_ptr<VerbsRecvPath>, kMaxPaths> paths;
-        std::array<int, kMaxPaths> devs{{-1, -1}};
-        uint64_t deadline_ns = 0;
-        uint64_t primary_done_ns = 0;
-    };
-    struct Rebuilt {
-        uint64_t conn_id = 0;
-        std::unique_ptr<VerbsRecvPath> path;
-    };
-    /// Accepts set-up sockets and steps every path being set up. 0, or -errno when the
-    /// listening socket of the handle's device failed.
-    int pump(uint64_t now);
-    /// This listener's devices for the rendezvous helpers.
-    rendezvous::DeviceAddrs device_addrs() const;
-    void finish(PathSetup &s, uint64_t now);
-    /// A flusher for each slot of `out` whose device writes GPU memory.
-    void add_flushers(RecvPaths *out);
-
-    VerbsFabric &fabric_;
-    std::mutex mu_;
-    std::vector<rendezvous::ListenSocket> listening_;
-    std::array<uint8_t, 16> nonce_{};
-    std::vector<std::unique_ptr<PathSetup>> pending_;
-    std::vector<Group> groups_;
-    std::vector<uint64_t> served_;
-    std::vector<Rebuilt> rebuilt_;
-    rendezvous::NonceRefusals refusals_;
-};
-
-/// The rebuilt paths of one connection, from the listener that produced it.
-class VerbsAcceptor final : public PathAcceptor
-{
-public:
-    VerbsAcceptor(std::shared_ptr<VerbsListener> l, uint64_t conn_id) : l_(std::move(l)), conn_id_(conn_id) {}
-    int poll(std::unique_ptr<RecvPath> *out) override;
-
-private:
-    std::shared_ptr<VerbsListener> l_;
-    uint64_t conn_id_;
-};
+/// Opens a listener of the verbs fabric on `dev` and, for backups, up to
+/// ListenHandle::kMaxAddrs - 1 other devices (set-up sockets on their bootstrap addresses);
+/// fills `handle`. 0 or -errno.
+int listen(VerbsFabric &fabric, int dev, ListenHandle *handle,
+           std::shared_ptr<rendezvous::Listening> *out);
 
 /// Where a connection's paths go: local device and the listener's address and device.
 struct VerbsPlan {
@@ -142,40 +98,28 @@ struct VerbsPlan {
     int traffic_class = -1; ///< NCCL's, for this connection (-1: unset)
 };
 
-/// One NCCL connect() of the verbs fabric.
-class VerbsConnector final : public Connector
+/// The verbs plan of one connection, for the rendezvous's connector and rebuilder.
+class VerbsConnectSide final : public rendezvous::ConnectSide
 {
 public:
-    VerbsConnector(VerbsFabric &fabric, const std::array<VerbsPlan, kMaxPaths> &plan, const ListenHandle &h);
-    int progress(SendPaths *out) override;
+    VerbsConnectSide(VerbsFabric &fabric, const std::array<VerbsPlan, kMaxPaths> &plan)
+        : fabric_(fabric), plan_(plan)
+    {
+    }
+    bool plans(int slot) const override { return plan_[static_cast<size_t>(slot)].local_dev >= 0; }
+    /// A connect's dials share VIGIL_CONNECT_TIMEOUT_MS; a rebuild's attempt is at most 2 s
+    /// (QP set-up included) and does not start while the local port is down (-ENETDOWN: a
+    /// PORT_ACTIVE event resets the caller's backoff).
+    int dial(const rendezvous::Intro &intro, uint64_t now,
+             std::unique_ptr<rendezvous::Dial> *out) override;
 
 private:
     VerbsFabric &fabric_;
     std::array<VerbsPlan, kMaxPaths> plan_;
-    std::array<std::unique_ptr<PathSetup>, kMaxPaths> setups_;
-    std::array<uint8_t, 16> nonce_{};
-    uint64_t conn_id_ = 0;
 };
 
-/// Rebuilds a sending connection's dead paths to the same devices.
-class VerbsRebuilder final : public PathRebuilder
-{
-public:
-    VerbsRebuilder(VerbsFabric &fabric, const std::array<VerbsPlan, kMaxPaths> &plan,
-                   const std::array<uint8_t, 16> &nonce, uint64_t conn_id);
-    bool can_rebuild(int slot) const override;
-    int progress(int slot, std::unique_ptr<SendPath> *out) override;
-
-private:
-    VerbsFabric &fabric_;
-    std::array<VerbsPlan, kMaxPaths> plan_;
-    std::array<std::unique_ptr<PathSetup>, kMaxPaths> attempts_;
-    std::array<uint8_t, 16> nonce_;
-    uint64_t conn_id_;
-};
-
-/// The hello of slot `slot` of a connection following `plan`.
-Hello make_hello(const std::array<VerbsPlan, kMaxPaths> &plan, int slot, const std::array<uint8_t, 16> &nonce,
-                 uint64_t conn_id, bool rebuild);
+/// The hello of the path `intro` names, of a connection following `plan` (the listener's
+/// devices of both slots).
+Hello make_hello(const std::array<VerbsPlan, kMaxPaths> &plan, const rendezvous::Intro &intro);
 
 } // namespace vigil::net::verbs_fabric

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "clock.h"
 #include "fuzz_util.h"
 #include "params.h"
 #include "progress.h"
@@ -90,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     {
         vigil::Params params;
         vn::ListenHandle handle;
-        std::shared_ptr<tcp::TcpListener> listener;
-        FUZZ_CHECK(tcp::TcpListener::create(devs, 0, params, &handle, &listener) == 0);
+        std::shared_ptr<vn::rendezvous::Listening> listener;
+        FUZZ_CHECK(tcp::listen(devs, 0, params, &handle, &listener) == 0);
         std::vector<vn::RecvPaths> accepted; // kept until the end, as the core keeps them
         std::vector<std::unique_ptr<vn::RecvPath>> rebuilt;
         std::vector<vigil::net::UniqueFd> peers; // the connecting ends
@@ -126,7 +127,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
             peers.emplace_back(sv[1]);
             given.push_back(sv[0]);
-            listener->file_hello(vigil::net::UniqueFd(sv[0]), rec[0] & 1, peer, hello.data());
+            listener->arrive(std::make_unique<tcp::TcpArrival>(
+                vigil::net::UniqueFd(sv[0]), rec[0] & 1, peer, vigil::now_ns() + 1'000'000'000ull,
+                hello.data()));
             if (rec[0] & 2) accept();
             if (rec[0] & 4) poll_rebuilt(tcp::get_le(hello.data() + 24, 8));
         }
