@@ -100,7 +100,7 @@ void VerbsSendPath::sabotage()
     eng_.qps().to_error();
 }
 
-bool VerbsSendPath::sendable(const OutMessage &m, const FabricMr *mr, std::string *why) const
+bool VerbsSendPath::sendable(const OutMessage &m, const FabricMr *mr, bool middle, std::string *why) const
 {
     const int slot = eng_.identity().slot;
     if (m.length > 0 && (mr == nullptr || !m.mr->covers(m.data + m.offset, m.length))) {
@@ -113,8 +113,7 @@ bool VerbsSendPath::sendable(const OutMessage &m, const FabricMr *mr, std::strin
                " is not registered on the device of this path";
         return false;
     }
-    const bool whole = m.offset == 0 && m.length == m.size;
-    if (!whole && m.offset + m.length < m.size && m.length > kMaxWriteBytes) {
+    if (middle && m.length > kMaxWriteBytes) {
         *why = "a piece of " + std::to_string(m.length) + " bytes exceeds one RDMA write";
         return false;
     }
@@ -177,16 +176,16 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
 {
     QpSet &q = eng_.qps();
     const FabricMr *mr = m.mr != nullptr ? m.mr->on(eng_.identity().dev) : nullptr;
-    if (!sendable(m, mr, why)) {
-        *err = -EINVAL;
-        return false;
-    }
     // A whole message of at most ShortImm::kMaxSize bytes, and a piece other than a message's
     // last, is one write with immediate into the advertised buffer; anything else is payload
     // writes, then its record.
     const bool whole = m.offset == 0 && m.length == m.size;
     const bool brief = whole && ShortImm::fits(m.size);
     const bool middle = !whole && m.offset + m.length < m.size;
+    if (!sendable(m, mr, middle, why)) {
+        *err = -EINVAL;
+        return false;
+    }
     const uint64_t chunks = brief || middle ? 0 : (m.length + kMaxWriteBytes - 1) / kMaxWriteBytes;
     const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
     const int qi = eng_.next_qp();

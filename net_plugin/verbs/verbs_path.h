@@ -65,9 +65,10 @@ public:
 
 private:
     /// False, with *why, when `m` cannot go on this path: its source is not registered on
-    /// this path's device (`mr`), the receiver gave no rkey for that device, or a piece is
-    /// larger than one RDMA write.
-    bool sendable(const OutMessage &m, const FabricMr *mr, std::string *why) const;
+    /// this path's device (`mr`), the receiver gave no rkey for that device, or a piece that
+    /// is not its message's last (`middle`: one write with immediate) is larger than one RDMA
+    /// write.
+    bool sendable(const OutMessage &m, const FabricMr *mr, bool middle, std::string *why) const;
     /// Posts the payload and record of `m` (a whole message or a piece) on one QP. False when
     /// the QP has no room (the message stays queued); sets *err on a failure.
     bool transmit(const OutMessage &m, int *err, std::string *why);
