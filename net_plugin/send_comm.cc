@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "clock.h"
 #include "log.h"
@@ -227,10 +228,13 @@ int SendComm::isend_locked(const void *data, size_t size, int tag, MemRegion *mr
                   static_cast<unsigned long long>(kMaxMessageBytes), describe().c_str());
         return -EMSGSIZE;
     }
-    // CTS groups that arrived since the last progress: over TCP they wait in a socket, and
-    // NCCL retries a NULL isend at once, testing nothing while nothing is in flight.
+    // Only what NCCL's IB transport does here (read its FIFO slot, post): CTS groups that
+    // arrived since the last pass wait in a socket over TCP, and NCCL retries a NULL isend at
+    // once, testing nothing while nothing is in flight. Completions, wait accounting, meters
+    // and watchdogs are test()'s and the engine tick's.
+    bool changed = false;
     if (cts_head_ == cts_next_) {
-        progress_locked();
+        move_locked(now_ns(), &carried_waits_, &changed);
         if (int e = error_.load(std::memory_order_relaxed)) return e;
     }
     if (!ring_free_locked()) return 0;
@@ -240,7 +244,7 @@ int SendComm::isend_locked(const void *data, size_t size, int tag, MemRegion *mr
     ++next_seq_;
     // Posts it (with no live path, or while failback drains the backup, it waits in the ring
     // and the switch replays it); a TCP path's post() queues the frames its progress() writes.
-    progress_locked();
+    move_locked(now_ns(), &carried_waits_, &changed);
     *out = &r;
     return 0;
 }
@@ -540,28 +544,34 @@ bool SendComm::progress_path_locked(int i, uint64_t now, WaitReport *waits, bool
     return true;
 }
 
+bool SendComm::move_locked(uint64_t now, WaitReport *waits, bool *changed) noexcept
+{
+    // Posting stamps its own times (after `now`): so do the timers after this then.
+    if (distribute_locked() != 0) *changed = true;
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (paths_[i].alive() && !progress_path_locked(i, now, waits, changed)) return false;
+    // Multipath: paths that drained their queue take the next pieces, and write them now (a
+    // socket with room left signals nothing more). Bounded: each round fills the queues.
+    for (int round = 0; round < 4; ++round) {
+        const unsigned posted = distribute_locked();
+        if (posted == 0) break;
+        *changed = true;
+        for (int i = 0; i < kMaxPaths; ++i)
+            if ((posted >> i & 1) != 0 && paths_[i].alive() &&
+                !progress_path_locked(i, now, waits, changed))
+                return false;
+    }
+    return true;
+}
+
 void SendComm::progress_locked() noexcept
 {
     // One clock read per call unless a path changed state: a caller spinning on test() calls
     // this in a tight loop.
     const uint64_t now = now_ns();
     bool changed = false;
-    WaitReport waits;
-    // Posting stamps its own times (after `now`): so do the timers below then.
-    changed = distribute_locked() != 0;
-    for (int i = 0; i < kMaxPaths; ++i)
-        if (paths_[i].alive() && !progress_path_locked(i, now, &waits, &changed)) return;
-    // Multipath: paths that drained their queue take the next pieces, and write them now (a
-    // socket with room left signals nothing more). Bounded: each round fills the queues.
-    for (int round = 0; round < 4; ++round) {
-        const unsigned posted = distribute_locked();
-        if (posted == 0) break;
-        changed = true;
-        for (int i = 0; i < kMaxPaths; ++i)
-            if ((posted >> i & 1) != 0 && paths_[i].alive() &&
-                !progress_path_locked(i, now, &waits, &changed))
-                return;
-    }
+    WaitReport waits = std::exchange(carried_waits_, WaitReport{});
+    if (!move_locked(now, &waits, &changed)) return;
     // A failover or a post above stamped times after `now`: the timers below must not run
     // backwards.
     const uint64_t later = changed ? now_ns() : now;

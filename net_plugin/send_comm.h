@@ -90,6 +90,8 @@ public:
     /// stays usable) when `size` exceeds the matched receive buffer or kMaxMessageBytes; or
     /// the connection's error. `mr` (NCCL's mhandle, may be null) gains a reference until the
     /// send completes. `phandle`: NCCL's proxy-step profiler handle (v10+, may be NULL).
+    /// Moves bytes (reads CTS groups and acks, writes what it posted) but runs no timers:
+    /// completion is test()'s, watchdogs are test()'s and the engine tick's.
     int isend(const void *data, size_t size, int tag, MemRegion *mr, Request **out,
               void *phandle = nullptr) noexcept;
 
@@ -282,6 +284,14 @@ private:
     /// (send_comm.cc) Progresses slot `i`'s path and acts on its status. False when the
     /// connection failed.
     bool progress_path_locked(int i, uint64_t now, WaitReport *waits, bool *changed) noexcept;
+    /// (send_comm.cc) Moves bytes on every live path: what they read (acks, holds, CTS
+    /// groups, failures) and what they write (posted messages; under multipath, further
+    /// pieces). No timers: progress_locked() runs them after this; isend() leaves them to
+    /// test() and the engine's tick. False when the connection failed.
+    bool move_locked(uint64_t now, WaitReport *waits, bool *changed) noexcept;
+    /// What isend()'s passes over the paths reported, for the next progress_locked() to
+    /// account with the acks it completes.
+    WaitReport carried_waits_;
     uint64_t wait_acked_ = 0;  // acked_ as account_wait_locked last saw it ...
     uint64_t wait_pass_ns_ = 0; // ... and when
 

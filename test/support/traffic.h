@@ -153,9 +153,14 @@ public:
     }
 
     // Posts what can be posted, then test() of every pending request, once. All must return
-    // 0 (a path is alive). Each test() of a pending request also progresses its comm.
+    // 0 (a path is alive). Each test() of a pending request also progresses its comm; both
+    // comms get the progress engine's tick too (timers run at most every Comm::kTimerNs), as
+    // in the plugin: isend() moves bytes but runs no timers, and NCCL may retry a NULL isend
+    // with nothing in flight to test.
     void poll()
     {
+        send_.on_tick();
+        recv_.on_tick();
         post_recvs();
         post_sends();
         poll_recvs();
