@@ -158,8 +158,13 @@ int Listening::pump(uint64_t now)
     for (Group &g : groups_) {
         if (g.conn_id == 0) continue;
         if (!g.rebuild) {
-            // A connection nobody accepts any more (or a late backup) expires; its sockets close.
-            if (now > g.deadline_ns + kBackupGraceNs) g = Group{};
+            // A connection nobody accepts any more (or a late backup) expires; its sockets
+            // close. One whose primary accept() saw complete is handed out by accept() once
+            // the backup's grace ends: it expires only if accept() stops being called, so a
+            // handshake timeout shorter than the grace cannot drop it first.
+            const uint64_t until = g.primary_done_ns != 0 ? g.primary_done_ns + 2 * kBackupGraceNs
+                                                          : g.deadline_ns + kBackupGraceNs;
+            if (now > until) g = Group{};
             continue;
         }
         if (g.complete(g.rebuild_slot)) {

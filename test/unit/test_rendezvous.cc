@@ -7,11 +7,13 @@
 #include <catch2/catch.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "clock.h"
@@ -125,6 +127,7 @@ public:
     std::vector<std::vector<int>> built; // per build: the parts' indices, in the order given
     int handed_out = 0;
     bool quiet = false;
+    uint64_t timeout_ns = 5'000'000'000ull;
 
     rdv::DeviceAddrs devices() const override
     {
@@ -137,7 +140,7 @@ public:
                 },
                 [](int d) { return "lo" + std::to_string(d); }};
     }
-    uint64_t handshake_timeout_ns() const override { return 5'000'000'000ull; }
+    uint64_t handshake_timeout_ns() const override { return timeout_ns; }
     const char *part_name() const override { return "stream"; }
     std::unique_ptr<rdv::Arrival> arrive(vn::UniqueFd, int, const vn::Endpoint &, uint64_t) override
     {
@@ -163,9 +166,10 @@ struct Listener {
     ScriptedAcceptSide *side = nullptr;
     std::shared_ptr<rdv::Listening> l;
     vn::ListenHandle handle;
-    Listener()
+    explicit Listener(uint64_t timeout_ns = 5'000'000'000ull)
     {
         auto s = std::make_unique<ScriptedAcceptSide>();
+        s->timeout_ns = timeout_ns;
         side = s.get();
         REQUIRE(rdv::Listening::create(std::move(s), 0, &handle, &l) == 0);
     }
@@ -298,6 +302,47 @@ TEST_CASE("the listener refuses what does not fit, once per impostor connection"
         t.arrive(0, in);
         CHECK(Capture::count(NCCL_LOG_WARN, "") == 0);
         CHECK(Capture::count(NCCL_LOG_INFO, "path set-up from") == 1);
+    }
+}
+
+TEST_CASE("a backup gets its grace, then the connection goes without it; an incomplete "
+          "primary is dropped at the deadline",
+          "[rendezvous]")
+{
+    Capture cap;
+    Listener t(50 * 1'000'000ull); // a 50 ms handshake timeout
+    SECTION("the backup never comes: the primary alone, kBackupGraceNs after it was complete")
+    {
+        t.arrive(0, t.intro(4, vn::kPrimary, 0, 1, 2));
+        // accept() first sees the primary complete just before the handshake deadline: the
+        // grace runs from there, past the deadline plus the grace, and the connection must
+        // not expire meanwhile.
+        std::this_thread::sleep_for(std::chrono::milliseconds(45));
+        const uint64_t t0 = vigil::now_ns();
+        vn::RecvPaths out;
+        while (!out.paths[vn::kPrimary]) {
+            REQUIRE(vigil::now_ns() - t0 < 3 * rdv::kBackupGraceNs);
+            out = t.accept();
+            if (!out.paths[vn::kPrimary]) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        CHECK(vigil::now_ns() - t0 >= rdv::kBackupGraceNs);
+        CHECK(!out.paths[vn::kBackup]);
+        // Its late backup is not taken, and the group it opens expires.
+        t.arrive(1, t.intro(4, vn::kBackup, 0, 1, 2));
+        CHECK(!t.accept().paths[vn::kPrimary]);
+    }
+    SECTION("one of two primary streams: dropped with one WARN once the deadline passed")
+    {
+        t.arrive(0, t.intro(6, vn::kPrimary, 0, 2, 1));
+        CHECK(!t.accept().paths[vn::kPrimary]);
+        std::this_thread::sleep_for(std::chrono::milliseconds(80));
+        CHECK(!t.accept().paths[vn::kPrimary]);
+        CHECK(Capture::count(NCCL_LOG_WARN, "dropped a connection") == 1);
+        CHECK(Capture::count(NCCL_LOG_WARN, "1 of 2 primary streams") == 1);
+        CHECK(!t.l->busy());
+        // Its second stream, late, opens a group of its own that never completes.
+        t.arrive(0, t.intro(6, vn::kPrimary, 1, 2, 1));
+        CHECK(!t.accept().paths[vn::kPrimary]);
     }
 }
 
