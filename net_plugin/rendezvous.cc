@@ -158,6 +158,10 @@ int Connect::step(uint64_t now, uint64_t deadline_ns, const Start &start, std::s
 
 // ---- the connector's side -----------------------------------------------------------------
 
+namespace {
+
+/// The Intro of slot `slot` of connection `conn_id`: a fresh path id, npaths from `side`'s
+/// plan.
 Intro make_intro(const ConnectSide &side, int slot, const std::array<uint8_t, 16> &nonce,
                  uint64_t conn_id, bool rebuild)
 {
@@ -170,6 +174,8 @@ Intro make_intro(const ConnectSide &side, int slot, const std::array<uint8_t, 16
     in.rebuild = rebuild;
     return in;
 }
+
+} // namespace
 
 Connecting::Connecting(std::shared_ptr<ConnectSide> side, const std::array<uint8_t, 16> &nonce)
     : side_(std::move(side)), nonce_(nonce)
@@ -238,10 +244,10 @@ int Rebuilding::progress(int slot, std::unique_ptr<SendPath> *out)
     if (!can_rebuild(slot)) return -EINVAL;
     std::unique_ptr<Dial> &a = attempts_[static_cast<size_t>(slot)];
     const uint64_t now = now_ns();
-    if (!a)
-        if (int rc = side_->dial(make_intro(*side_, slot, nonce_, conn_id_, true), now, &a);
-            rc != 0)
-            return rc;
+    if (!a) {
+        const int rc = side_->dial(make_intro(*side_, slot, nonce_, conn_id_, true), now, &a);
+        if (rc != 0) return rc;
+    }
     std::string why;
     if (int rc = a->step(now, &why); rc != 0) {
         VLOG_TRACE(NCCL_NET, "rebuild of %s path from dev %s failed: %s",

@@ -252,7 +252,6 @@ public:
     bool busy();
     /// The listening sockets (for the acceptors' watch).
     std::vector<int> listening_fds() const;
-    const std::array<uint8_t, 16> &nonce() const { return nonce_; }
 
 private:
     struct Slot {
@@ -285,10 +284,13 @@ private:
     /// Accepts set-up sockets, steps every arrival, files finished ones, expires groups and
     /// builds complete rebuilt paths. Called with mu_ held.
     int pump(uint64_t now);
-    const char *check(const Intro &in);
+    /// Judges a hello; sets *impostor for a wrong nonce.
+    const char *check(const Intro &in, bool *impostor);
     /// Steps one arrival; false once it is gone (refused, failed or filed).
     bool step(std::unique_ptr<Arrival> &a, uint64_t now);
-    void refuse(const Arrival &a, const std::string &why);
+    /// Logs why `a` is refused: one WARN per `impostor` connection (wrong nonce), INFO where
+    /// the fabric expects the failure.
+    void refuse(const Arrival &a, const std::string &why, bool impostor = false);
     void file(std::unique_ptr<Arrival> a, uint64_t now);
     Group *group_for(const Intro &in);
     /// Builds the path in `slot` of `g`, or returns nullptr (logged).
@@ -305,7 +307,6 @@ private:
     std::vector<uint64_t> served_; // conn_ids of the connections this listener produced
     std::vector<Rebuilt> rebuilt_;
     NonceRefusals refusals_;
-    bool wrong_nonce_ = false; // set by check() for the arrival being stepped
 };
 
 /// NCCL's listenComm object: the Listening it shares with the acceptors of the connections
@@ -376,10 +377,5 @@ private:
     uint64_t conn_id_;
     std::array<std::unique_ptr<Dial>, kMaxPaths> attempts_;
 };
-
-/// The Intro of slot `slot` of connection `conn_id` (a fresh path id; npaths from `side`'s
-/// plan).
-Intro make_intro(const ConnectSide &side, int slot, const std::array<uint8_t, 16> &nonce,
-                 uint64_t conn_id, bool rebuild);
 
 } // namespace vigil::net::rendezvous

@@ -34,10 +34,10 @@ std::vector<int> Listening::listening_fds() const
     return fds;
 }
 
-const char *Listening::check(const Intro &in)
+const char *Listening::check(const Intro &in, bool *impostor)
 {
     if (!nonce_equal(in.nonce, nonce_)) {
-        wrong_nonce_ = true;
+        *impostor = true;
         return "wrong nonce";
     }
     // The fabric's decode bounds these; the grouping below indexes by them.
@@ -50,11 +50,11 @@ const char *Listening::check(const Intro &in)
     return nullptr;
 }
 
-void Listening::refuse(const Arrival &a, const std::string &why)
+void Listening::refuse(const Arrival &a, const std::string &why, bool impostor)
 {
     // One WARN per impostor connection, not one per path or stream. A failure the fabric
     // expects (a rebuild while a port heals) is INFO.
-    if (wrong_nonce_ && !refusals_.first(a.intro().conn_id)) return;
+    if (impostor && !refusals_.first(a.intro().conn_id)) return;
     if (side_->quiet_failure(a))
         VLOG_INFO(NCCL_NET, "dev %s: path set-up from %s failed: %s", dev_name(a.dev()).c_str(),
                   a.peer().to_string().c_str(), why.c_str());
@@ -66,10 +66,10 @@ void Listening::refuse(const Arrival &a, const std::string &why)
 bool Listening::step(std::unique_ptr<Arrival> &a, uint64_t now)
 {
     std::string why;
-    wrong_nonce_ = false;
-    const int rc = a->step(now, [this](const Intro &in) { return check(in); }, &why);
+    bool impostor = false;
+    const int rc = a->step(now, [&](const Intro &in) { return check(in, &impostor); }, &why);
     if (rc != 0) {
-        refuse(*a, why);
+        refuse(*a, why, impostor);
         a.reset();
         return false;
     }
@@ -91,7 +91,6 @@ Listening::Group *Listening::group_for(const Intro &in)
 void Listening::file(std::unique_ptr<Arrival> a, uint64_t now)
 {
     const Intro &in = a->intro();
-    wrong_nonce_ = false;
     Group *g = group_for(in);
     if (g == nullptr) {
         if (groups_.size() >= kMaxGroups) return refuse(*a, "too many connections being set up");
@@ -248,10 +247,8 @@ bool Listening::take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *out)
 void Listening::arrive(std::unique_ptr<Arrival> a)
 {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pending_.size() >= kMaxPending) {
-        wrong_nonce_ = false;
+    if (pending_.size() >= kMaxPending)
         return refuse(*a, "too many connections awaiting their hello");
-    }
     if (step(a, now_ns())) pending_.push_back(std::move(a));
 }
 

@@ -51,7 +51,6 @@ public:
     /// with *why. Listener side: `check` judges the hello (nullptr = accept, else why not).
     template <class Check> int step(uint64_t now, std::string *why, Check &&check);
     bool done() const { return state_ == State::kDone; }
-    const Hello &hello() const { return hello_; }
     int local_dev() const { return local_dev_; }
     const Endpoint &remote() const { return remote_; }
     /// The finished path's identity and QPs (once done()).
