@@ -16,4 +16,11 @@ inline uint64_t now_ns() noexcept
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+/// a - b, or 0 when b is later (timestamps taken on different lines, or by different
+/// threads, may cross).
+inline uint64_t since(uint64_t a, uint64_t b) noexcept
+{
+    return a > b ? a - b : 0;
+}
+
 } // namespace vigil

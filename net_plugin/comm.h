@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "clock.h"
 #include "fabric.h"
 #include "log.h"
 #include "progress.h"
@@ -202,10 +203,5 @@ protected:
 
 /// This host's name, for log lines (cached).
 const char *host_name();
-/// a - b, or 0 when b is later (timestamps taken on different lines may cross).
-inline uint64_t since(uint64_t a, uint64_t b)
-{
-    return a > b ? a - b : 0;
-}
 
 } // namespace vigil::net

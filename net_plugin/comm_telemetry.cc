@@ -136,33 +136,45 @@ thread_local ThreadRunDelay t_run_delay;
 
 } // namespace
 
-void SendComm::WaitReport::note(const PathStatus &st) noexcept
+void SendComm::ack_wait_locked(int slot, const PathStatus &st, uint64_t now) noexcept
 {
-    if (st.wait_ack > ack || (st.wait_ack == ack && st.wait_ns > ns)) {
-        ack = st.wait_ack;
-        ns = st.wait_ns;
-        stalled_ns = st.wait_stalled_ns;
-    }
+    uint64_t &seen = wait_ack_[static_cast<size_t>(slot)];
+    if (st.wait_ack <= seen || st.wait_ack > next_seq_) return; // no new ack, or a bogus one
+    seen = st.wait_ack;
+    PathTelemetry *tm = paths_[slot].tm.get();
+    if (tm == nullptr) return;
+    // With more in flight, this end's own lateness in reading the ack did not stall the path
+    // (its sockets still had data queued): only the reader's part counts. Each path's ack
+    // says how long the bytes that path brought waited (multipath: the shared path's data
+    // waits for the same reader and the same busy CPUs as the active one's).
+    const bool drained = st.wait_ack == next_seq_;
+    const uint64_t wait = std::min(drained ? st.wait_ns : st.wait_stalled_ns,
+                                   since(now, msgs_[(st.wait_ack - 1) % kMaxInflight].posted_ns));
+    if (wait > 0) tm->meter.on_wait(now, wait);
 }
 
-void SendComm::account_wait_locked(const WaitReport &r, uint64_t now) noexcept
+void SendComm::account_wait_locked(uint64_t now) noexcept
 {
     const bool completed = acked_ != wait_acked_;
     const uint64_t since_pass = since(now, wait_pass_ns_);
     wait_acked_ = acked_;
     wait_pass_ns_ = now;
-    PathTelemetry *tm = paths_[active_].tm.get();
-    if (tm == nullptr || !completed || acked_ == 0) return;
-    uint64_t wait = 0;
-    const bool drained = acked_ == next_seq_;
-    if (r.ack == acked_) {
-        // With more in flight, this end's own lateness in reading the ack did not stall the
-        // path (its sockets still had data queued): only the reader's part counts.
-        wait = std::min(drained ? r.ns : r.stalled_ns, since(now, msgs_[(acked_ - 1) % kMaxInflight].posted_ns));
-    } else if (drained && t_run_delay.delta(now, &wait)) {
-        wait = std::min(wait, since_pass);
+    // Only a pass whose acks completed the last message in flight (the paths had nothing
+    // left to carry), for the carrying paths whose fabric reported no wait with it.
+    if (!completed || acked_ == 0 || acked_ != next_seq_) return;
+    bool read = false;
+    uint64_t run_delay = 0;
+    for (int i = 0; i < kMaxPaths; ++i) {
+        const PathSlot &sl = paths_[i];
+        PathTelemetry *tm = sl.tm.get();
+        if (tm == nullptr || (sl.state != SlotState::kActive && sl.state != SlotState::kShared) ||
+            wait_ack_[static_cast<size_t>(i)] >= acked_)
+            continue;
+        if (!read && !t_run_delay.delta(now, &run_delay)) run_delay = 0;
+        read = true;
+        const uint64_t wait = std::min(run_delay, since_pass);
+        if (wait > 0) tm->meter.on_wait(now, wait);
     }
-    if (wait > 0) tm->meter.on_wait(now, wait);
 }
 
 void SendComm::queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept

@@ -195,12 +195,14 @@ public:
     /// The receiver holds message `seq`, possibly ahead of the cumulative ack (an RDMA path
     /// learns this from the receiver's answer to a generation notice). The send completes.
     virtual void held(uint64_t seq) = 0;
-    /// `len` bytes of message `seq`, a piece posted in generation `gen`, are in the receiver's
-    /// memory (an RDMA path that stripes learns this from the piece's write completing). The
-    /// core adds up the pieces of its current generation and completes the send once they
-    /// cover the message; pieces of an older generation are not counted (it was replayed).
-    /// The path's share of the message ends in its meter once its pieces of this generation
-    /// landed, so a fast path striping with a slow one is not charged the slow one's time.
+    /// `len` bytes of message `seq` that this path carried in generation `gen` are in the
+    /// receiver's memory (an RDMA path learns this from a piece's write completing; a TCP path
+    /// from the receiver's landed report, BackHeader::kLanded). The core adds up what landed
+    /// in its current generation and completes the send once it covers the message; bytes of
+    /// an older generation are not counted (it was replayed). The path's share of the message
+    /// ends in its meter once its own bytes of this generation landed, so a fast path striping
+    /// beside a slow one is not charged the slow one's time, and what a path still has on the
+    /// way is known per path.
     virtual void landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
     /// The receiver advertised group `g`. Each path delivers groups in index order, possibly
     /// repeating ones other paths delivered. Returns 0, or -EPROTO when `g` contradicts what
@@ -256,16 +258,10 @@ public:
     /// nothing of the old generation counts at the receiver once the notice arrived). The
     /// core stripes a connection over its paths only when every one of them does.
     virtual bool stripes() const { return false; }
-    /// With stripes(): whether another piece may be posted now (the path's queue has room).
+    /// With stripes(): whether another piece may be posted now (the path's own queue has
+    /// room). Cheap (no system call). How much a path should hold beyond that is the core's
+    /// to judge, from what it posted and what the path reported landed (striper.h).
     virtual bool can_post() const { return true; }
-    /// With stripes(): payload bytes posted and not yet handed to the network (TCP: not yet
-    /// written into a socket), the queue that grows on a path slower than its share. Cheap
-    /// (no system call).
-    virtual uint64_t backlog() const { return 0; }
-    /// With stripes(): bytes handed to the network and not yet sent on the wire (TCP: unsent
-    /// bytes in the sockets' buffers, SIOCOUTQNSD), which a slow port holds by the megabyte.
-    /// A system call per stream: asked only when a decision moves a whole piece.
-    virtual uint64_t unsent() const { return 0; }
     /// Moves bytes without blocking, reporting acks and CTS groups into `sink`.
     virtual PathStatus progress(SendSink &sink) = 0;
     /// The progress engine is about to progress this path: take the readiness notifications it
@@ -302,12 +298,11 @@ struct Holding {
     }
 };
 
-/// Implemented by the receiving core, one per path slot; called by a receive path from inside
-/// progress(), drain() or fence(), with the comm's lock held. A sink never calls back into
-/// any path: what its calls mean for paths (acks, fencing a path the sender left, draining
-/// the others, the answer to a generation notice) the core applies after the path's call
-/// returns, so a path is never re-entered, nor a sibling driven, while one is on the stack.
-class RecvSink
+/// Where a receive path that writes the bytes itself puts them (the stream model: TCP). The
+/// path reads a frame's header and asks locate() where its bytes go, asks still_wanted()
+/// before every payload write, and reports landed() once the frame's bytes are in place.
+/// Called with the comm's lock held, from inside the path's progress().
+class StreamSink
 {
 public:
     /// A frame of message `seq` (whole size `size`), bound by the sender to entry `entry` of
@@ -324,18 +319,22 @@ public:
     /// reported done (invariant 2).
     virtual bool still_wanted(uint32_t gen, uint64_t seq) = 0;
     /// `len` bytes of message `seq`, from a frame of generation `gen` located with kPlace,
-    /// are in place. Bytes of a stale generation are not counted. Returns 0 or -EPROTO (more
-    /// bytes than the message holds).
+    /// are in place. Bytes of a stale generation are not counted. Returns 1 when they counted
+    /// (the path reports them to the sender as landed on it), 0 when they did not, or -EPROTO
+    /// (more bytes than the message holds).
     virtual int landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
-    /// The sender's generation notice (SendPath::begin): from sequence number `first_seq` on,
-    /// messages come in generation `gen`; `abandoned` is the slot it left because it failed
-    /// (-1: none) and `abandoned_id` that path's id (0: unknown). The generation counts at
-    /// once for the frames that follow. Once the path's call returned, the core fences that
-    /// path, drains every other live path (RecvPath::drain) and calls RecvPath::answer() on
-    /// this one with what it then holds: every write of an older generation that will ever
-    /// land has landed and is counted, so a fabric whose writes cannot be discarded (RDMA)
-    /// tells the sender which messages not to replay.
-    virtual void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
+
+protected:
+    ~StreamSink() = default;
+};
+
+/// What a receive path reports when its sender writes the bytes straight into the advertised
+/// buffers (the direct model: RDMA). The path places nothing; it learns from a record or an
+/// immediate that bytes are in place and says so. Called with the comm's lock held, from
+/// inside the path's progress(), drain() or fence().
+class DirectSink
+{
+public:
     /// A whole message, `size` bytes of message `seq` for entry `entry` with tag `tag`, sent
     /// in generation `gen`, is in place in its buffer: a fabric whose sender writes payloads
     /// straight into the advertised buffers (RDMA) learns this from a record that follows
@@ -368,6 +367,31 @@ public:
     /// `size`. Returns 0, or -EPROTO / -EMSGSIZE (fatal for the connection).
     virtual int piece_last(uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,
                            uint64_t len) = 0;
+
+protected:
+    ~DirectSink() = default;
+};
+
+/// Implemented by the receiving core, one per path slot: what a receive path reports. A path
+/// uses one placement model, StreamSink's or DirectSink's (a third fabric picks the one that
+/// matches who writes the bytes: its receiver, or its sender's NIC), and generation() in
+/// either. Called by a receive path from inside progress(), drain() or fence(), with the
+/// comm's lock held. A sink never calls back into any path: what its calls mean for paths
+/// (acks, fencing a path the sender left, draining the others, the answer to a generation
+/// notice) the core applies after the path's call returns, so a path is never re-entered,
+/// nor a sibling driven, while one is on the stack.
+class RecvSink : public StreamSink, public DirectSink
+{
+public:
+    /// The sender's generation notice (SendPath::begin): from sequence number `first_seq` on,
+    /// messages come in generation `gen`; `abandoned` is the slot it left because it failed
+    /// (-1: none) and `abandoned_id` that path's id (0: unknown). The generation counts at
+    /// once for the frames that follow. Once the path's call returned, the core fences that
+    /// path, drains every other live path (RecvPath::drain) and calls RecvPath::answer() on
+    /// this one with what it then holds: every write of an older generation that will ever
+    /// land has landed and is counted, so a fabric whose writes cannot be discarded (RDMA)
+    /// tells the sender which messages not to replay.
+    virtual void generation(uint32_t gen, uint64_t first_seq, int abandoned, uint64_t abandoned_id) = 0;
 
 protected:
     ~RecvSink() = default;

@@ -57,6 +57,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
 {
     const uint64_t t0 = now_ns();
     PathSlot &d = paths_[dead];
+    found_[static_cast<size_t>(dead)] = PathStatus{}; // nothing more to act on: it is left
     const bool was_active = d.state == SlotState::kActive;
     const bool was_shared = d.state == SlotState::kShared;
     set_state_locked(dead, SlotState::kDead);
@@ -199,6 +200,7 @@ void SendComm::install_locked(int i, std::unique_ptr<SendPath> p, uint64_t now) 
 {
     PathSlot &sl = paths_[i];
     if (sl.path) watch(*sl.path, false);
+    found_[static_cast<size_t>(i)] = PathStatus{}; // what the old path found died with it
     sl.path = std::move(p);
     watch(*sl.path, true);
     sl.desc = sl.path->identity().describe();
@@ -273,6 +275,7 @@ void SendComm::share_locked(uint64_t now) noexcept
         if (i == kPrimary && active_ != kPrimary) continue; // failback takes it back whole
         if (sl.rebuilt && since(now, sl.up_since_ns) < cfg_.failback_hold_ns) continue;
         set_state_locked(i, SlotState::kShared);
+        set_state_locked(active_, SlotState::kActive); // the Striper's view of it, again
         sl.last_heard_ns = now; // its stall clock starts now
         sl.path->begin(assign_seq_, gen_, -1, 0);
         if (sl.tm) sl.tm->meter.set_state(now, telemetry::kActive, gen_);

@@ -271,22 +271,42 @@ Holding RecvComm::holding_locked() const noexcept
     return h;
 }
 
+RecvComm::Fate RecvComm::classify_locked(int slot, uint32_t gen, uint64_t seq, Asking asking) noexcept
+{
+    const bool stream = asking == Asking::kStream || asking == Asking::kWanted;
+    if (gen > gen_) {
+        if (asking == Asking::kWanted) return Fate::kStale; // a frame's generation was adopted at its header
+        adopt_generation_locked(slot, gen);
+    }
+    if (stream && gen < gen_) return Fate::kStale; // its generation was replayed
+    if (seq < floor_) return Fate::kStale;         // a replay of a completed message
+    // The sender only sends what a CTS entry allowed: anything else breaks the protocol.
+    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight)
+        return asking == Asking::kWanted ? Fate::kStale : Fate::kBad;
+    const MsgSlot &s = msgs_[seq % kMaxInflight];
+    if (s.complete) return Fate::kStale;
+    if (asking == Asking::kPiece && gen < s.gen) return Fate::kStale; // rewritten by a replay
+    return Fate::kLive;
+}
+
 Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
 {
     Placement p;
-    auto error = [&](int err) {
-        p.kind = Placement::kError;
-        p.error = err;
+    switch (classify_locked(slot, gen, seq, Asking::kStream)) {
+    case Fate::kStale:
+        p.kind = Placement::kDiscard;
         return p;
-    };
-    if (gen < gen_) return p.kind = Placement::kDiscard, p; // stale: its generation was replayed
-    if (gen > gen_) adopt_generation_locked(slot, gen);
-    if (seq < floor_) return p.kind = Placement::kDiscard, p; // replay of a completed message
-    // The sender only sends what a CTS entry allowed: anything else breaks the protocol.
-    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return error(-EPROTO);
+    case Fate::kBad:
+        p.error = -EPROTO;
+        return p; // kError
+    case Fate::kLive:
+        break;
+    }
+    if (int rc = bind_locked(seq, tag, size, entry); rc != 0) {
+        p.error = rc;
+        return p; // kError
+    }
     MsgSlot &s = msgs_[seq % kMaxInflight];
-    if (s.complete) return p.kind = Placement::kDiscard, p;
-    if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return error(rc);
     restart_count_locked(s, gen);
     p.kind = Placement::kPlace;
     p.dest = s.req->data[static_cast<size_t>(entry)];
@@ -318,15 +338,12 @@ int RecvComm::bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) n
 
 int RecvComm::whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry)
 {
-    if (gen > gen_) adopt_generation_locked(slot, gen);
-    if (seq < floor_) return 0; // a replay of a completed message
-    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return -EPROTO;
-    MsgSlot &s = msgs_[seq % kMaxInflight];
-    if (s.complete) return 0;
     // Any generation: the bytes are in the buffer (they came before the record on one QP),
     // and a sender that saw the record acknowledged will not send them again.
+    const Fate f = classify_locked(slot, gen, seq, Asking::kWhole);
+    if (f != Fate::kLive) return f == Fate::kBad ? -EPROTO : 0;
     if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
-    return add_bytes_locked(slot, seq, size - s.got);
+    return add_bytes_locked(slot, seq, size - msgs_[seq % kMaxInflight].got);
 }
 
 int RecvComm::unwrap_locked(uint64_t residue, int bits, int entry, uint64_t *seq,
@@ -358,13 +375,10 @@ int RecvComm::whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits
 int RecvComm::piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry,
                     uint64_t len)
 {
-    if (gen > gen_) adopt_generation_locked(slot, gen);
-    if (seq < floor_) return 0; // a replay of a completed message
-    if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight) return -EPROTO;
-    MsgSlot &s = msgs_[seq % kMaxInflight];
-    if (s.complete || gen < s.gen) return 0; // older than what it counts: rewritten by a replay
+    const Fate f = classify_locked(slot, gen, seq, Asking::kPiece);
+    if (f != Fate::kLive) return f == Fate::kBad ? -EPROTO : 0;
     if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
-    restart_count_locked(s, gen);
+    restart_count_locked(msgs_[seq % kMaxInflight], gen);
     return add_bytes_locked(slot, seq, len);
 }
 
@@ -376,15 +390,17 @@ void RecvComm::restart_count_locked(MsgSlot &s, uint32_t gen) noexcept
     }
 }
 
-bool RecvComm::still_wanted(uint32_t gen, uint64_t seq) const
+bool RecvComm::still_wanted(uint32_t gen, uint64_t seq)
 {
-    return gen == gen_ && seq >= floor_ && seq < next_post_seq_ && !msgs_[seq % kMaxInflight].complete;
+    // The slot does not matter: this call never adopts a generation.
+    return classify_locked(kPrimary, gen, seq, Asking::kWanted) == Fate::kLive;
 }
 
 int RecvComm::landed(int slot, uint64_t seq, uint64_t len, uint32_t gen)
 {
     if (!still_wanted(gen, seq)) return 0; // a frame overtaken by a newer generation
-    return add_bytes_locked(slot, seq, len);
+    const int rc = add_bytes_locked(slot, seq, len);
+    return rc < 0 ? rc : 1;
 }
 
 int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept

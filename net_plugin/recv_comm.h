@@ -49,6 +49,24 @@ namespace vigil::net {
  * path, so whichever path survives, the sender has every group; it drops the repeats by
  * index.
  *
+ * Every sink call about message `seq` from generation `gen` is judged by one rule
+ * (classify_locked), in this order; "adopt" makes gen the connection's newest generation:
+ *
+ *   condition                                    stream       stream    direct    direct
+ *                                                (locate,     (still_   (whole,   (piece,
+ *                                                 landed)      wanted)   short)    last)
+ *   gen newer than gen_                          adopt        kStale    adopt     adopt
+ *   gen older than gen_                          kStale       kStale    -         -
+ *   seq below floor_ (complete, a replay)        kStale       kStale    kStale    kStale
+ *   seq not advertised, or floor_+kMaxInflight   kBad         kStale    kBad      kBad
+ *     or more
+ *   the message complete                        kStale       kStale    kStale    kStale
+ *   gen older than the generation it counts      -            -         -         kStale
+ *   otherwise                                    kLive        kLive     kLive     kLive
+ *
+ * kStale: ignored (a frame's bytes discarded, a record or piece not counted); kBad: the
+ * sender broke the protocol, fatal for the connection (EPROTO).
+ *
  * Connection, after every progress: a kLive slot and no goodbye: nothing to judge. After a
  * goodbye, receives never matched fail once no slot is live. No slot live with receives
  * outstanding: fail at once when every slot is kGone (the sender's process is gone), else
@@ -147,6 +165,12 @@ private:
     int fd(size_t i) const noexcept override;
 
     // ---- posting, placement, completion (recv_comm.cc) ----
+    /// Which sink call is asking (the columns of the rule table above).
+    enum class Asking : uint8_t { kStream, kWanted, kWhole, kPiece };
+    enum class Fate : uint8_t { kLive, kStale, kBad };
+    /// The rule table above: what becomes of message `seq`'s bytes from generation `gen`,
+    /// reported on path `slot` (adopting a newer generation where the table says so).
+    Fate classify_locked(int slot, uint32_t gen, uint64_t seq, Asking asking) noexcept;
     Placement locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t size, int entry);
     /// Binds message `seq` to buffer `entry` on its first frame, or checks a later frame
     /// against that binding; `size` kUnsized for a piece that does not say the message's
@@ -156,7 +180,8 @@ private:
     /// The message with sequence number residue `residue` mod 2^`bits` nearest the window
     /// (RecvSink::whole_short, piece) into *seq, and the tag of its buffer `entry` into *tag.
     /// 0; 1 for one below the floor (complete: ignore); -EPROTO for one outside what was
-    /// advertised, an entry its receive does not have, or a bad `bits`.
+    /// advertised, an entry its receive does not have, or a bad `bits`. Judges nothing else
+    /// (whole() and piece() classify the message).
     int unwrap_locked(uint64_t residue, int bits, int entry, uint64_t *seq,
                       int32_t *tag) const noexcept;
     /// RecvSink::piece() and piece_last() (the size kUnsized for the former).
@@ -165,7 +190,7 @@ private:
     /// Bytes of generation `gen` for message `s`: a newer generation than it counts restarts
     /// its count.
     static void restart_count_locked(MsgSlot &s, uint32_t gen) noexcept;
-    bool still_wanted(uint32_t gen, uint64_t seq) const;
+    bool still_wanted(uint32_t gen, uint64_t seq);
     int landed(int slot, uint64_t seq, uint64_t len, uint32_t gen);
     /// `len` more bytes of message `seq` are in place (through path `slot`); completes it and
     /// its request when all are. A floor that moves makes an ack due (settle_locked()).

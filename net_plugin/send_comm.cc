@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -15,18 +14,11 @@
 #include "log.h"
 
 namespace vigil::net {
-namespace {
-
-// Striped paths that carry (Active or Shared), per local device of this process: the paths
-// that share a port's queue bound (has_room_locked). Devices beyond the table are not counted.
-constexpr int kCountedDevs = 64;
-std::array<std::atomic<int>, kCountedDevs> g_carriers{};
-
-} // namespace
 
 SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
-                   const FailoverConfig &cfg, const TelemetryConfig &tcfg)
-    : Comm(devs), cfg_(cfg), tcfg_(tcfg), rebuilder_(std::move(paths.rebuilder))
+                   const FailoverConfig &cfg, const TelemetryConfig &tcfg, PortAccount &ports)
+    : Comm(devs), cfg_(cfg), tcfg_(tcfg), striper_(cfg.piece_bytes, &ports),
+      rebuilder_(std::move(paths.rebuilder))
 {
     const uint64_t now = now_ns();
     for (int i = 0; i < kMaxPaths; ++i) {
@@ -57,16 +49,8 @@ void SendComm::set_state_locked(int i, SlotState s) noexcept
     PathSlot &sl = paths_[i];
     sl.state = s;
     const bool carrying = s == SlotState::kActive || s == SlotState::kShared;
-    if (carrying && sl.counted_dev < 0 && cfg_.multipath && sl.path && sl.path->stripes()) {
-        const int dev = sl.path->identity().dev;
-        if (dev >= 0 && dev < kCountedDevs) {
-            sl.counted_dev = dev;
-            g_carriers[static_cast<size_t>(dev)].fetch_add(1, std::memory_order_relaxed);
-        }
-    } else if (!carrying && sl.counted_dev >= 0) {
-        g_carriers[static_cast<size_t>(sl.counted_dev)].fetch_sub(1, std::memory_order_relaxed);
-        sl.counted_dev = -1;
-    }
+    const bool striped = cfg_.multipath && sl.path && sl.path->stripes();
+    striper_.set_carrying(i, sl.path ? sl.path->identity().dev : -1, carrying && striped, now_ns());
 }
 
 std::string SendComm::describe() const
@@ -114,24 +98,38 @@ SendComm::Outstanding SendComm::outstanding_locked() const noexcept
     return o;
 }
 
-void SendComm::post_locked(int slot, uint64_t seq, size_t off, size_t len) noexcept
+void SendComm::post_locked(int slot, uint64_t seq, size_t off, size_t len, uint64_t now) noexcept
 {
     const size_t i = seq % kMaxInflight;
     SendMsg &m = msgs_[i];
-    const uint64_t now = now_ns();
     m.posted_ns = now;
     PathSlot &sl = paths_[slot];
-    if ((m.on_slots >> slot & 1) == 0) {
-        m.slot_posted_ns[static_cast<size_t>(slot)] = now;
+    SendMsg::Share &sh = m.shares[static_cast<size_t>(slot)];
+    if (!sh.open) {
+        sh.open = true;
+        sh.posted_ns = now;
         if (PathTelemetry *tm = sl.tm.get()) tm->meter.on_post(now, len);
     } else if (PathTelemetry *tm = sl.tm.get()) {
         tm->meter.on_more(now, len);
     }
-    m.on_slots = static_cast<uint8_t>(m.on_slots | 1u << slot);
-    m.slot_bytes[static_cast<size_t>(slot)] += len;
-    OutMessage out{seq, m.tag, m.data, reqs_[i].size, off, len, m.mr, m.group, m.entry, m.dest};
-    sl.path->post(out);
+    sh.bytes += len;
+    striper_.on_post(slot, len, now);
+    sl.path->post(OutMessage{.seq = seq, .tag = m.tag, .data = m.data, .size = reqs_[i].size,
+                             .offset = off, .length = len, .mr = m.mr, .group = m.group,
+                             .entry = m.entry, .dest = m.dest});
     if (slot != active_) ++stats_.pieces;
+}
+
+void SendComm::share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64_t now) noexcept
+{
+    SendMsg::Share &sh = m.shares[static_cast<size_t>(slot)];
+    if (!sh.open) return;
+    landed = std::min(landed, sh.bytes - sh.landed);
+    sh.landed += landed;
+    striper_.on_landed(slot, landed, now);
+    if (sh.landed < sh.bytes) return;
+    if (PathTelemetry *tm = paths_[slot].tm.get()) tm->meter.on_complete(now, sh.posted_ns, sh.bytes);
+    sh = SendMsg::Share{};
 }
 
 bool SendComm::striping() const noexcept
@@ -142,31 +140,28 @@ bool SendComm::striping() const noexcept
     return true;
 }
 
-bool SendComm::has_room_locked(int i, bool sockets) const noexcept
-{
-    const PathSlot &sl = paths_[i];
-    const SendPath &p = *sl.path;
-    if (!p.can_post()) return false;
-    const uint64_t queued = p.backlog();
-    if (queued >= 2 * cfg_.piece_bytes) return false;
-    if (!sockets) return true;
-    // The port's bound of about four pieces, divided among the striped paths carrying on it
-    // (at least two pieces each up to two paths, never below half a piece).
-    uint64_t limit = 2 * cfg_.piece_bytes;
-    const int n = sl.counted_dev >= 0 ? g_carriers[static_cast<size_t>(sl.counted_dev)].load(std::memory_order_relaxed) : 0;
-    if (n > 2) limit = std::max<uint64_t>(cfg_.piece_bytes / 2, 4 * cfg_.piece_bytes / static_cast<uint64_t>(n));
-    return queued + p.unsent() < limit;
-}
-
 unsigned SendComm::distribute_locked() noexcept
 {
     if (paths_[active_].state != SlotState::kActive || draining_) return 0;
-    int shared = -1;
-    for (int i = 0; i < kMaxPaths; ++i)
-        if (paths_[i].state == SlotState::kShared) shared = i;
+    bool shared = false;
+    for (const PathSlot &sl : paths_) shared = shared || sl.state == SlotState::kShared;
     if (assign_seq_ < acked_) { // acked from an older generation's copy: its slot may be reused
         assign_seq_ = acked_;
         assign_off_ = 0;
+    }
+    const uint64_t now = now_ns();
+    // Multipath: what is bound and not yet posted (the Striper's `remaining`), and which
+    // carrying paths' own queues have room.
+    uint64_t remaining = 0;
+    std::array<bool, kMaxPaths> can_post{};
+    if (shared) {
+        for (uint64_t s = assign_seq_; s < next_seq_; ++s)
+            if (!held_[s % kMaxInflight])
+                remaining += reqs_[s % kMaxInflight].size - (s == assign_seq_ ? assign_off_ : 0);
+        for (int i = 0; i < kMaxPaths; ++i)
+            can_post[static_cast<size_t>(i)] = striper_.carrying(i) &&
+                                               found_[static_cast<size_t>(i)].error == 0 &&
+                                               paths_[i].path->can_post();
     }
     unsigned posted = 0;
     while (assign_seq_ < next_seq_) {
@@ -178,19 +173,15 @@ unsigned SendComm::distribute_locked() noexcept
         }
         int to = active_;
         size_t len = size - assign_off_;
-        if (shared >= 0) {
-            // Pieces, each to the first carrying path whose queue has room: the active path
-            // first, so a message that fits one piece takes the path a standby set-up would.
-            // A whole piece also counts the sockets' unsent bytes: without them a slow port's
-            // socket buffer holds megabytes that drain after the fast path finished its share.
-            len = std::min<size_t>(len, cfg_.piece_bytes);
-            const bool whole = len == cfg_.piece_bytes;
-            if (!has_room_locked(active_, whole)) {
-                if (!has_room_locked(shared, whole)) break;
-                to = shared;
-            }
+        if (shared) {
+            const Striper::Pick pick = striper_.next(len, remaining, can_post, active_, now);
+            if (pick.slot < 0) break; // the paths that should take it are full: later
+            to = pick.slot;
+            len = pick.len;
+            remaining -= len;
         }
-        post_locked(to, assign_seq_, assign_off_, len);
+        post_locked(to, assign_seq_, assign_off_, len, now);
+        if (shared) can_post[static_cast<size_t>(to)] = paths_[to].path->can_post();
         posted |= 1u << to;
         assign_off_ += len;
         if (assign_off_ >= size) {
@@ -230,13 +221,10 @@ int SendComm::isend_locked(const void *data, size_t size, int tag, MemRegion *mr
     }
     // Only what NCCL's IB transport does here (read its FIFO slot, post): CTS groups that
     // arrived since the last pass wait in a socket over TCP, and NCCL retries a NULL isend at
-    // once, testing nothing while nothing is in flight. Completions, wait accounting, meters
-    // and watchdogs are test()'s and the engine tick's.
-    bool changed = false;
-    if (cts_head_ == cts_next_) {
-        move_locked(now_ns(), &carried_waits_, &changed);
-        if (int e = error_.load(std::memory_order_relaxed)) return e;
-    }
+    // once, testing nothing while nothing is in flight. What the pass finds (a failed path)
+    // is acted on, and wait accounting, meters and watchdogs run, in test() and the engine's
+    // tick.
+    if (cts_head_ == cts_next_) move_locked(now_ns());
     if (!ring_free_locked()) return 0;
     int entry = -1;
     if (int rc = match_locked(tag, size, &entry); rc != 0 || entry < 0) return rc;
@@ -244,7 +232,7 @@ int SendComm::isend_locked(const void *data, size_t size, int tag, MemRegion *mr
     ++next_seq_;
     // Posts it (with no live path, or while failback drains the backup, it waits in the ring
     // and the switch replays it); a TCP path's post() queues the frames its progress() writes.
-    move_locked(now_ns(), &carried_waits_, &changed);
+    move_locked(now_ns());
     *out = &r;
     return 0;
 }
@@ -350,12 +338,7 @@ void SendComm::on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen) noe
     SendMsg &m = msgs_[seq % kMaxInflight];
     // The slot's share ends in its meter once its pieces landed (a later piece of the message
     // on it opens a new operation); first, as landing may complete the message.
-    const size_t k = static_cast<size_t>(slot);
-    if ((m.on_slots >> slot & 1) != 0 && (m.slot_landed[k] += len) >= m.slot_bytes[k]) {
-        if (PathTelemetry *tm = paths_[slot].tm.get())
-            tm->meter.on_complete(now_ns(), m.slot_posted_ns[k], m.slot_bytes[k]);
-        m.drop_share(slot);
-    }
+    share_landed_locked(m, slot, len, now_ns());
     if (m.landed_gen != gen) {
         m.landed_gen = gen;
         m.landed = 0;
@@ -387,13 +370,8 @@ void SendComm::complete_one_locked(uint64_t seq, uint64_t now) noexcept
 {
     const size_t i = seq % kMaxInflight;
     SendMsg &m = msgs_[i];
-    for (int k = 0; k < kMaxPaths; ++k) // every path that carried pieces of it, with its bytes
-        if ((m.on_slots >> k & 1) != 0)
-            if (PathTelemetry *tm = paths_[k].tm.get())
-                tm->meter.on_complete(now, m.posted_ns, m.slot_bytes[static_cast<size_t>(k)]);
-    m.on_slots = 0;
-    m.slot_bytes = {};
-    m.slot_landed = {};
+    for (int k = 0; k < kMaxPaths; ++k) // every path still carrying pieces of it: they landed
+        share_landed_locked(m, k, ~0ull, now);
     MemRegion::unref(msgs_[i].mr);
     msgs_[i].mr = nullptr;
     reqs_[i].state.store(Request::kDone, std::memory_order_release);
@@ -468,11 +446,12 @@ SendComm::Outstanding SendComm::abandon_locked(int slot, uint64_t now) noexcept
 {
     Outstanding o;
     for (uint64_t s = acked_; s < next_seq_; ++s) {
-        SendMsg &m = msgs_[s % kMaxInflight];
-        if ((m.on_slots >> slot & 1) == 0) continue;
+        SendMsg::Share &sh = msgs_[s % kMaxInflight].shares[static_cast<size_t>(slot)];
+        if (!sh.open) continue;
         ++o.msgs;
-        o.bytes += m.slot_bytes[static_cast<size_t>(slot)];
-        m.drop_share(slot);
+        o.bytes += sh.bytes;
+        striper_.on_dropped(slot, sh.bytes - sh.landed);
+        sh = SendMsg::Share{};
     }
     if (PathTelemetry *tm = paths_[slot].tm.get(); tm != nullptr && o.msgs > 0)
         tm->meter.on_abandon(now, o.msgs, o.bytes);
@@ -514,70 +493,87 @@ void SendComm::goodbye_locked() noexcept
         if (sl.alive()) sl.path->goodbye();
 }
 
-bool SendComm::progress_path_locked(int i, uint64_t now, WaitReport *waits, bool *changed) noexcept
+void SendComm::progress_path_locked(int i, uint64_t now) noexcept
 {
     PathSlot &s = paths_[i];
     PathStatus st = s.path->progress(s.sink);
-    waits->note(st);
+    if (st.wait_ack != 0) ack_wait_locked(i, st, now);
     if (st.heard) s.last_heard_ns = now;
-    if (cts_error_ != 0) {
-        fail_locked(cts_error_, s.desc + ": the receiver's CTS contradicts the protocol");
-        return false;
+    if (cts_error_ != 0 && st.error == 0) {
+        st.error = cts_error_;
+        st.fatal = true;
+        st.detail = "the receiver's CTS contradicts the protocol";
     }
-    if (st.error != 0 && st.fatal) {
-        // A protection or access error, or a peer breaking the protocol: another path would
-        // meet the same.
-        fail_locked(st.error, s.desc + ": " + st.detail);
-        return false;
-    }
-    if (st.error != 0) {
-        failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
-        *changed = true;
-    } else if (st.peer_closed) {
-        receiver_closed_locked();
-        *changed = true;
-    } else if (st.failover_requested && st.failed_slot < kMaxPaths &&
-               static_cast<int>(st.failed_slot) != i && paths_[st.failed_slot].alive()) {
-        failover_locked(static_cast<int>(st.failed_slot), "the receiver saw its port fail");
-        *changed = true;
-    }
-    return true;
+    if (needs_action(st) && !needs_action(found_[static_cast<size_t>(i)]))
+        found_[static_cast<size_t>(i)] = std::move(st);
 }
 
-bool SendComm::move_locked(uint64_t now, WaitReport *waits, bool *changed) noexcept
+bool SendComm::move_locked(uint64_t now) noexcept
 {
-    // Posting stamps its own times (after `now`): so do the timers after this then.
-    if (distribute_locked() != 0) *changed = true;
-    for (int i = 0; i < kMaxPaths; ++i)
-        if (paths_[i].alive() && !progress_path_locked(i, now, waits, changed)) return false;
-    // Multipath: paths that drained their queue take the next pieces, and write them now (a
-    // socket with room left signals nothing more). Bounded: each round fills the queues.
+    // A path whose last pass found something to act on is left alone until it is acted on.
+    auto pass = [&](int i) {
+        if (paths_[i].alive() && !needs_action(found_[static_cast<size_t>(i)]))
+            progress_path_locked(i, now);
+    };
+    bool posted_any = distribute_locked() != 0;
+    for (int i = 0; i < kMaxPaths; ++i) pass(i);
+    // Multipath: paths whose pieces landed take the next ones, and write them now (a socket
+    // with room left signals nothing more). Bounded: each round fills the paths' room.
     for (int round = 0; round < 4; ++round) {
         const unsigned posted = distribute_locked();
         if (posted == 0) break;
-        *changed = true;
+        posted_any = true;
         for (int i = 0; i < kMaxPaths; ++i)
-            if ((posted >> i & 1) != 0 && paths_[i].alive() &&
-                !progress_path_locked(i, now, waits, changed))
-                return false;
+            if ((posted >> i & 1) != 0) pass(i);
     }
-    return true;
+    return posted_any;
+}
+
+bool SendComm::act_locked() noexcept
+{
+    bool changed = false;
+    for (int i = 0; i < kMaxPaths; ++i) {
+        const PathStatus st = std::exchange(found_[static_cast<size_t>(i)], PathStatus{});
+        if (!needs_action(st) || !paths_[i].alive() || error_.load(std::memory_order_relaxed) != 0)
+            continue;
+        changed = true;
+        if (st.error != 0 && st.fatal) {
+            // A protection or access error, or a peer breaking the protocol: another path
+            // would meet the same.
+            fail_locked(st.error, paths_[i].desc + ": " + st.detail);
+        } else if (st.error != 0) {
+            failover_locked(i, st.detail + " (" + strerror(-st.error) + ")");
+        } else if (st.peer_closed) {
+            receiver_closed_locked();
+        } else if (st.failed_slot < kMaxPaths && static_cast<int>(st.failed_slot) != i &&
+                   paths_[st.failed_slot].alive()) {
+            failover_locked(static_cast<int>(st.failed_slot), "the receiver saw its port fail");
+        } else {
+            changed = false;
+        }
+    }
+    return changed;
 }
 
 void SendComm::progress_locked() noexcept
 {
-    // One clock read per call unless a path changed state: a caller spinning on test() calls
-    // this in a tight loop.
+    // One clock read per call unless something was posted or a path changed state: a caller
+    // spinning on test() calls this in a tight loop.
     const uint64_t now = now_ns();
-    bool changed = false;
-    WaitReport waits = std::exchange(carried_waits_, WaitReport{});
-    if (!move_locked(now, &waits, &changed)) return;
-    // A failover or a post above stamped times after `now`: the timers below must not run
+    bool changed = move_locked(now);
+    if (act_locked()) {
+        changed = true;
+        // The switch posted its replay: write it now, not at the next call.
+        if (error_.load(std::memory_order_relaxed) == 0) move_locked(now_ns());
+        act_locked();
+    }
+    if (error_.load(std::memory_order_relaxed) != 0) return;
+    // Posts and switches above stamped times after `now`: the timers below must not run
     // backwards.
     const uint64_t later = changed ? now_ns() : now;
     complete_acked_locked(later);
     if (error_.load(std::memory_order_relaxed) != 0) return;
-    account_wait_locked(waits, later);
+    account_wait_locked(later);
     for (PathSlot &sl : paths_)
         if (sl.tm) sl.tm->meter.advance(later);
     if (!peer_closed_) watchdogs_locked(later);

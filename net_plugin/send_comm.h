@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "nccl_abi/nccl_common.h"
 #include "nccl_abi/profiler_net_vigil.h"
+#include "striper.h"
 
 namespace vigil::net {
 
@@ -25,13 +26,13 @@ namespace vigil::net {
  *   kDead     gone (never connected, failed, or left); a rebuild may bring it back
  *
  * Multipath (FailoverConfig::multipath, every path's fabric stripes): the bytes not yet posted
- * in this generation ([assign_seq_, assign_off_) on) go out in pieces of piece_bytes, each to
- * the active path when fewer than two pieces wait on it (TCP: in its sockets; verbs: as
- * writes not yet completed), else to a shared one under the same bound. A path thus takes
- * pieces as fast as its port drains them: a degraded port carries its share, not the pace,
- * and ports shared by several connections (NCCL's channels) are divided by the port's own
- * fairness, so no rate estimate can make traffic flap. Without
- * a shared slot, whole messages go to the active path as soon as they are bound.
+ * in this generation ([assign_seq_, assign_off_) on) go out in pieces over the carrying
+ * paths (Active and Shared) as the Striper decides (striper.h): each piece to the path that
+ * finishes it first, another path taking only what it delivers before the faster ones could
+ * deliver everything, each path only while what it has outstanding is below its port's
+ * bound. A degraded port carries its share, not the pace, and nothing that would keep a
+ * ring step waiting on it. Without a shared slot, whole messages go to the active path as
+ * soon as they are bound.
  *
  * Transitions:
  *   Active --error | port down | stall | the receiver's request--> Dead, and a Standby
@@ -79,9 +80,11 @@ class SendComm final : public Comm
 public:
     /// `paths.paths[kBackup]` may be null (VIGIL_BACKUP=off, no other device, or a backup
     /// that could not be set up); `paths.rebuilder` may be null (dead paths then stay dead).
-    /// `devs`: the local device planned for each slot (-1: none).
+    /// `devs`: the local device planned for each slot (-1: none). `ports` (outlives the comm):
+    /// the carrying paths per device that multipath's queue bounds are shared by; the
+    /// process's own unless a test gives its own.
     SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs, const FailoverConfig &cfg,
-             const TelemetryConfig &tcfg);
+             const TelemetryConfig &tcfg, PortAccount &ports = PortAccount::process());
     ~SendComm() override;
 
     /// NCCL's isend(): binds the message to the first unbound CTS entry with tag `tag` in the
@@ -90,8 +93,11 @@ public:
     /// stays usable) when `size` exceeds the matched receive buffer or kMaxMessageBytes; or
     /// the connection's error. `mr` (NCCL's mhandle, may be null) gains a reference until the
     /// send completes. `phandle`: NCCL's proxy-step profiler handle (v10+, may be NULL).
-    /// Moves bytes (reads CTS groups and acks, writes what it posted) but runs no timers:
-    /// completion is test()'s, watchdogs are test()'s and the engine tick's.
+    /// One pass over the paths (move_locked): reads CTS groups, acks, holds and landings (a
+    /// hold or landing completes the sends it covers: their requests become done, as test()
+    /// would make them) and writes what it posted. It acts on nothing it finds and runs no
+    /// timers: a failed path is left, failovers, cumulative acks, meters and watchdogs run in
+    /// test() and the engine's tick.
     int isend(const void *data, size_t size, int tag, MemRegion *mr, Request **out,
               void *phandle = nullptr) noexcept;
 
@@ -149,7 +155,6 @@ private:
         uint64_t next_rebuild_ns = 0;
         uint64_t backoff_ns = 0;
         bool rebuilt = false; // multipath: shares only after failback_hold
-        int counted_dev = -1; // multipath: the device whose carrying paths count this one
         std::string desc;
         std::unique_ptr<PathTelemetry> tm; // null with telemetry off
         SlotSink sink;
@@ -164,24 +169,19 @@ private:
         int entry = 0;
         CtsEntry dest;
         uint64_t posted_ns = 0; // when (re)posted last, for latency telemetry
-        // Telemetry, this generation: a bit per slot whose meter has an operation for it open
-        // (one per message and slot), the bytes posted on it, when the operation began, and
-        // the bytes of its pieces that landed (SendSink::landed): the operation ends when they
-        // cover the slot's bytes, or when the message completes.
-        uint8_t on_slots = 0;
-        std::array<uint64_t, kMaxPaths> slot_bytes{};
-        std::array<uint64_t, kMaxPaths> slot_posted_ns{};
-        std::array<uint64_t, kMaxPaths> slot_landed{};
-        // Pieces an RDMA path saw land (SendSink::landed), counted in generation landed_gen.
+        /// What one path carries of the message in this generation: its meter has one
+        /// operation open for it from the first byte posted there until the bytes that landed
+        /// (SendSink::landed) cover what was posted, or the message completes; the Striper
+        /// counts the bytes not yet landed as the path's outstanding.
+        struct Share {
+            bool open = false;
+            uint64_t bytes = 0, landed = 0, posted_ns = 0;
+        };
+        std::array<Share, kMaxPaths> shares{};
+        /// Completion by landings (SendSink::landed): bytes that landed in generation
+        /// landed_gen, whichever path carried them; the send completes once they cover it.
         uint64_t landed = 0;
         uint32_t landed_gen = 0;
-        /// Slot `slot` no longer carries this message in its meter.
-        void drop_share(int slot) noexcept
-        {
-            on_slots = static_cast<uint8_t>(on_slots & ~(1u << slot));
-            slot_bytes[static_cast<size_t>(slot)] = 0;
-            slot_landed[static_cast<size_t>(slot)] = 0;
-        }
     };
 
     void progress_locked() noexcept override;
@@ -213,20 +213,17 @@ private:
     /// Completes every message below the newest ack, stamping them done at `now` (ns).
     void complete_acked_locked(uint64_t now) noexcept;
     /// Posts bytes [off, off + len) of message `seq` to slot `slot` (the whole message: 0,
-    /// its size), charging the slot's meter.
-    void post_locked(int slot, uint64_t seq, size_t off, size_t len) noexcept;
+    /// its size) at `now`, charging the slot's meter and the Striper.
+    void post_locked(int slot, uint64_t seq, size_t off, size_t len, uint64_t now) noexcept;
     /// Posts what is bound and not yet posted in this generation: whole messages to the active
-    /// path, or pieces over the carrying paths with room (multipath). Returns a bit per slot
-    /// posted to. Nothing while no path is active or failback drains.
+    /// path, or pieces over the carrying paths as the Striper chooses (multipath). Returns a
+    /// bit per slot posted to. Nothing while no path is active or failback drains.
     unsigned distribute_locked() noexcept;
-    /// Whether slot `i` takes another piece now: fewer than two pieces wait in its queue and,
-    /// with `sockets` (the piece is a whole piece_bytes, so the kernel's buffers are worth a
-    /// system call), in its sockets' unsent bytes too. That bound is the port's, not the
-    /// connection's: shared by the paths of this process that carry striped traffic on the
-    /// same device (NCCL's channels), so a slow port holds about as much as with one
-    /// connection, whatever the number of channels on it.
-    bool has_room_locked(int i, bool sockets) const noexcept;
-    /// Moves slot `i` to `s`, keeping the per-device count of carrying striped paths.
+    /// Slot `slot`'s share of message `m` ends with `landed` more bytes of it landed at `now`
+    /// (all that were not: the message completed): its meter operation ends and the Striper
+    /// counts them delivered.
+    void share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64_t now) noexcept;
+    /// Moves slot `i` to `s`; a striping slot that carries (Active, Shared) is the Striper's.
     void set_state_locked(int i, SlotState s) noexcept;
     /// Messages neither acknowledged nor seen held, and their bytes: what a switch replays
     /// and what a path left behind had in flight.
@@ -274,30 +271,43 @@ private:
     /// isend() on a comm, so none is rewritten while it is handed over.
     static void emit_events(const NetEvents &ev, void *phandle) noexcept;
     void queue_event_locked(uint8_t type, int slot, uint64_t bytes) noexcept;
-    /// Wait time the paths reported in one progress pass: the newest ack's (PathStatus).
-    struct WaitReport {
-        uint64_t ns = 0, ack = 0, stalled_ns = 0;
-        void note(const PathStatus &st) noexcept;
-    };
-    /// Charges the active path's meter with the time `r` says the end points made it wait.
-    void account_wait_locked(const WaitReport &r, uint64_t now) noexcept;
-    /// (send_comm.cc) Progresses slot `i`'s path and acts on its status. False when the
-    /// connection failed.
-    bool progress_path_locked(int i, uint64_t now, WaitReport *waits, bool *changed) noexcept;
-    /// (send_comm.cc) Moves bytes on every live path: what they read (acks, holds, CTS
-    /// groups, failures) and what they write (posted messages; under multipath, further
-    /// pieces). No timers: progress_locked() runs them after this; isend() leaves them to
-    /// test() and the engine's tick. False when the connection failed.
-    bool move_locked(uint64_t now, WaitReport *waits, bool *changed) noexcept;
-    /// What isend()'s passes over the paths reported, for the next progress_locked() to
-    /// account with the acks it completes.
-    WaitReport carried_waits_;
+    /// Charges slot `slot`'s meter with the end points' wait its path reported with a new
+    /// cumulative ack in `st` (PathStatus::wait_ns; TCP's ack delay).
+    void ack_wait_locked(int slot, const PathStatus &st, uint64_t now) noexcept;
+    /// After a pass whose acks completed the last message in flight: charges the carrying
+    /// paths that reported no wait of their own (verbs) with this thread's run delay.
+    void account_wait_locked(uint64_t now) noexcept;
+    /// (send_comm.cc) Progresses slot `i`'s path: what it read lands in this comm through its
+    /// sink (acks, holds and landings, which complete sends; CTS groups), and what it found
+    /// that needs acting on (a path error, the receiver's goodbye or failover request, a CTS
+    /// that contradicts the protocol) is kept in found_[i] for act_locked().
+    void progress_path_locked(int i, uint64_t now) noexcept;
+    /// (send_comm.cc) Moves bytes on every live path whose last pass found nothing: what they
+    /// read and what they write (posted messages; under multipath, further pieces). Runs no
+    /// timers and acts on nothing it finds: isend() does only this, as NCCL's ncclIbIsend
+    /// reads its FIFO and posts; progress_locked() (test() and the engine's tick) acts on what
+    /// was found, then runs the timers.
+    /// Returns whether it posted anything.
+    bool move_locked(uint64_t now) noexcept;
+    /// Acts on what the passes found (found_): failovers, the receiver's close, fatal
+    /// errors. Returns whether a path changed state; the connection may have failed.
+    bool act_locked() noexcept;
+    /// What a pass found on each path that progress_locked() acts on (PathStatus with an
+    /// error, peer_closed or failover_requested; the first one found is kept).
+    std::array<PathStatus, kMaxPaths> found_;
+    /// Whether found_[i] holds something to act on.
+    static bool needs_action(const PathStatus &st) noexcept
+    {
+        return st.error != 0 || st.peer_closed || st.failover_requested;
+    }
+    std::array<uint64_t, kMaxPaths> wait_ack_{}; // newest ack whose wait each path reported
     uint64_t wait_acked_ = 0;  // acked_ as account_wait_locked last saw it ...
     uint64_t wait_pass_ns_ = 0; // ... and when
 
     std::array<PathSlot, kMaxPaths> paths_;
     FailoverConfig cfg_;
     TelemetryConfig tcfg_;
+    Striper striper_;
     std::unique_ptr<PathRebuilder> rebuilder_;
     int active_ = kPrimary;
     uint32_t gen_ = 1;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The TCP fabric's path: N streams (TCP connections) between two devices. Posted messages (or
-// pieces of them, when the core stripes one message over several paths) are cut into chunks of
-// VIGIL_CHUNK_BYTES, dealt round-robin over the streams, each chunk behind a FrameHeader; the
+// The TCP fabric's path (send_path.cc, recv_path.cc, over stream_io.h): N streams (TCP
+// connections) between two devices. Posted messages (or pieces of them, when the core stripes
+// one message over several paths) are cut into chunks of VIGIL_CHUNK_BYTES, dealt round-robin
+// over the streams, each chunk behind a FrameHeader; the
 // receiver writes each chunk straight into the posted buffer. Stream 0 also
 // carries the control frames (probe, generation notice, goodbye) one way and the back channel
 // (acks, CTS groups, failover requests, goodbye) the other.
@@ -51,8 +52,6 @@ public:
     void skip_to(uint64_t seq) override;
     bool stripes() const override { return true; }
     bool can_post() const override;
-    uint64_t backlog() const override;
-    uint64_t unsent() const override;
     PathStatus progress(SendSink &sink) override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
@@ -204,6 +203,11 @@ private:
     bool on_header(Stream &s, RecvSink &sink, PathStatus *st);
     void queue_back(const BackHeader &h, const uint8_t *payload, size_t n);
     void flush_back(PathStatus *st);
+    /// `len` counted bytes of message `seq` (generation `gen`) landed on this path: reported
+    /// to the sender with the next flush_back(), coalesced per message.
+    void note_landed(uint64_t seq, uint32_t len, uint32_t gen);
+    /// Queues the landings noted so far as one kLanded message.
+    void queue_landed();
 
     std::vector<Stream> streams_;
     PathIdentity id_;
@@ -216,6 +220,9 @@ private:
     uint64_t prev_pass_ns_;   // ... and the one before it: bounds an ack's delay (flush_back)
     bool heartbeat_pending_ = false;
     bool goodbye_seen_ = false;
+    // Landings counted since the last report (BackHeader::kLanded), sent with the acks.
+    std::array<Landed, BackHeader::kMaxLanded> landed_{};
+    size_t nlanded_ = 0;
     std::vector<uint8_t> out_; // queued back-channel bytes, [out_off_, size) unwritten
     size_t out_off_ = 0;
     bool out_overflow_ = false;

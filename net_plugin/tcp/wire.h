@@ -24,10 +24,11 @@ using vigil::net::put_le;
 
 /// First bytes on every stream, connector -> listener: the hello's head (hello_wire.h) with
 /// the stream's own three bytes. Version 3 (from version 2): acks carry the receiver's ack
-/// delay (BackHeader).
+/// delay (BackHeader). Version 4: the back channel reports what each path landed
+/// (BackHeader::kLanded).
 struct Hello : HelloHead {
     static constexpr uint32_t kMagic = 0x43474c56; // "VLGC"
-    static constexpr uint8_t kVersion = 3;
+    static constexpr uint8_t kVersion = 4;
     static constexpr size_t kSize = HelloHead::kSize;
     uint8_t nstreams = 0;
     uint8_t stream = 0;
@@ -141,7 +142,8 @@ struct FrameHeader {
 };
 
 /// Receiver -> sender, on stream 0 only (the back channel). Header, 24 bytes:
-///   [0,4) magic "VLGB"  [4] kind  [5] count (kCts: entries 1..8; else 0)  [6,8) zero
+///   [0,4) magic "VLGB"  [4] kind  [5] count (kCts: entries 1..8; kLanded: entries
+///   1..kMaxLanded; else 0)  [6,8) zero
 ///   [8,12) kAck: generation; kFailoverRequest: the failed path slot
 ///   [12,16) kAck: ack delay, us (below); other kinds: zero
 ///   [16,24) kAck: cumulative ack seq; kCts: the group index
@@ -153,14 +155,24 @@ struct FrameHeader {
 /// 32-bit value decodes; the sender bounds it by what it can have been (comm_telemetry.cc).
 /// A kCts header is followed by the group: [0,8) first seq, then per entry 16 bytes:
 ///   [0,8) capacity  [8,12) tag  [12,16) zero.
+/// A kLanded header (since version 4) is followed by `count` entries of 16 bytes, each payload
+/// bytes this path placed and counted for a message since the previous report:
+///   [0,8) seq  [8,12) bytes  [12,16) the generation of the frames that brought them.
+/// A cumulative ack says what the receiver holds whichever path brought it; a landed report
+/// says what came over this path, so the sender can end a path's share of a message when its
+/// own pieces land (a fast path striping beside a slow one is not charged the slow one's
+/// time) and knows what each path still has on the way. Sent with the acks, batched.
 struct BackHeader {
     static constexpr uint32_t kMagic = 0x42474c56; // "VLGB"
     static constexpr size_t kSize = 24;
     static constexpr size_t kEntrySize = 16;
     static constexpr size_t kMaxEntries = 8;
-    /// Largest back-channel message: a CTS group of kMaxEntries.
-    static constexpr size_t kMaxBytes = kSize + 8 + kMaxEntries * kEntrySize;
-    enum Kind : uint8_t { kAck = 0, kFailoverRequest = 1, kCts = 2, kGoodbye = 3 };
+    static constexpr size_t kLandedSize = 16;
+    static constexpr size_t kMaxLanded = 16;
+    /// Largest back-channel message: a report of kMaxLanded landings (a CTS group of
+    /// kMaxEntries is smaller).
+    static constexpr size_t kMaxBytes = kSize + kMaxLanded * kLandedSize;
+    enum Kind : uint8_t { kAck = 0, kFailoverRequest = 1, kCts = 2, kGoodbye = 3, kLanded = 4 };
     uint8_t kind = kAck;
     uint8_t count = 0;
     uint32_t arg = 0;
@@ -188,14 +200,52 @@ struct BackHeader {
         value = get_le(p + 16, 8);
         if (get_le(p + 6, 2) != 0 || (kind != kAck && delay_us != 0))
             return "non-zero reserved field";
-        if (kind > kGoodbye) return "unknown back-channel kind";
-        if (kind == kCts ? (count < 1 || count > kMaxEntries) : count != 0) return "bad entry count";
+        if (kind > kLanded) return "unknown back-channel kind";
+        const size_t most = kind == kCts ? kMaxEntries : kind == kLanded ? kMaxLanded : 0;
+        if (most == 0 ? count != 0 : (count < 1 || count > most)) return "bad entry count";
         return nullptr;
     }
     /// Bytes following the header.
-    size_t payload() const { return kind == kCts ? 8 + count * kEntrySize : 0; }
+    size_t payload() const
+    {
+        if (kind == kCts) return 8 + count * kEntrySize;
+        return kind == kLanded ? count * kLandedSize : 0;
+    }
 };
 static_assert(BackHeader::kMaxEntries == kMaxRecvs, "a CTS group is one grouped irecv");
+static_assert(BackHeader::kSize + 8 + BackHeader::kMaxEntries * BackHeader::kEntrySize <= BackHeader::kMaxBytes,
+              "kMaxBytes covers a whole CTS group");
+
+/// One entry of a kLanded report: `bytes` of message `seq`, from frames of generation `gen`,
+/// were placed and counted by the receiver.
+struct Landed {
+    uint64_t seq = 0;
+    uint32_t bytes = 0;
+    uint32_t gen = 0;
+};
+
+/// A landed report as a back-channel message: fills `h` and writes the n (1..kMaxLanded)
+/// entries to `p` (h->payload() bytes).
+inline void encode_landed(const Landed *e, size_t n, BackHeader *h, uint8_t *p)
+{
+    *h = BackHeader{};
+    h->kind = BackHeader::kLanded;
+    h->count = static_cast<uint8_t>(n);
+    for (size_t k = 0; k < n; ++k, p += BackHeader::kLandedSize) {
+        put_le(p, e[k].seq, 8);
+        put_le(p + 8, e[k].bytes, 4);
+        put_le(p + 12, e[k].gen, 4);
+    }
+}
+
+/// Entry `k` (< h.count) of the decoded kLanded report whose payload is `p`. Any value
+/// decodes: the sender ignores entries for messages it does not have in flight, and counts a
+/// message's bytes only up to its size.
+inline Landed decode_landed(const uint8_t *p, size_t k)
+{
+    p += k * BackHeader::kLandedSize;
+    return Landed{get_le(p, 8), static_cast<uint32_t>(get_le(p + 8, 4)), static_cast<uint32_t>(get_le(p + 12, 4))};
+}
 
 /// A CTS group as a back-channel message: fills `h` (kind, count, group index) and writes the
 /// group's payload (h->payload() bytes, at most BackHeader::kMaxBytes - kSize) to `p`.

@@ -9,11 +9,9 @@
 #               cross it) as the slowest link and an eth0 NIC at either end. (In a longer
 #               ring, back-pressure slows the busy time of upstream paths too, so a path
 #               verdict needs more than busy-time bandwidth: see the README's limits.)
-#               Run with VIGIL_MULTIPATH=0: with multipath a connection's fast shared path
-#               carries pieces of messages that complete only when the slow port's pieces
-#               have (TCP's ack is cumulative), so its busy time holds the slow port's wait
-#               and the link verdict may name it (the NIC verdict does not move); over TCP a
-#               path's busy time under multipath is per message, not per piece.
+#               With multipath, as users run it: each path's share of a message ends when
+#               the receiver reports its own pieces landed, so the fast shared path beside
+#               the cut port is not charged the cut port's time.
 #   late-rank   rank 1 arrives 20 ms late at every all-reduce: the report names rank 1
 #   files       the trace parses, holds every kind of event the chain makes, and the summary
 #               has one record per iteration per rank with the nccl-tests bus bandwidth
@@ -41,7 +39,6 @@ line() { grep "^$1" "$TMP/report.txt" || fail "no '$1' line in the report"; }
 case $1 in
 slow-port)
     "$NETLAB_SH" degrade 0 0 200mbit
-    export VIGIL_MULTIPATH=0
     profile_run 2 8 --channels 2 --slice 256K
     got=$(line "slowest link:")
     [[ $got != *"none stands out"* && $got == *" eth0 "* && $got == *10.77.0.1* && $got == *10.77.0.2* ]] ||

@@ -213,7 +213,9 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
         {"version 1 (before CTS)", [](vn::tcp::Hello &h) { h.version = 1; }, "unsupported version"},
         {"version 2 (no ack delays)", [](vn::tcp::Hello &h) { h.version = 2; },
          "unsupported version"},
-        {"version 4", [](vn::tcp::Hello &h) { h.version = 4; }, "unsupported version"},
+        {"version 3 (no landed reports)", [](vn::tcp::Hello &h) { h.version = 3; },
+         "unsupported version"},
+        {"version 5", [](vn::tcp::Hello &h) { h.version = 5; }, "unsupported version"},
         {"path kind 2", [](vn::tcp::Hello &h) { h.path_kind = 2; }, "bad path kind"},
     };
     for (const Case &k : cases) {

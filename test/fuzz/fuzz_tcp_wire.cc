@@ -2,14 +2,15 @@
 // Fuzz target: the TCP fabric's wire headers (net_plugin/tcp/wire.h): the per-stream Hello,
 // the FrameHeader before every chunk and control frame, and the back channel's BackHeader.
 //
-// Input: up to 184 bytes, zero-padded; bytes [0,40) are decoded as a Hello and as a
+// Input: up to 304 bytes, zero-padded; bytes [0,40) are decoded as a Hello and as a
 // FrameHeader, [0,24) as a BackHeader; bytes [40,48) give the FrameHeader's message size
-// limit (0 there: the plugin's own, kMaxMessageBytes); bytes [48,184) are a kCts header's
-// payload (its own length of them). Properties: a header that decodes re-encodes to the same
-// bytes, and what the receiver then trusts is inside its bounds (stream < nstreams <=
-// kMaxStreams, path kind and count, a data chunk inside its message inside the limit, a CTS
-// entry index < 8, a back-channel payload within kMaxBytes); a CTS group that decodes
-// (decode_cts) encodes (encode_cts) to the same kind, count, index and payload.
+// limit (0 there: the plugin's own, kMaxMessageBytes); bytes [48,304) are a kCts or kLanded
+// header's payload (its own length of them). Properties: a header that decodes re-encodes to
+// the same bytes, and what the receiver then trusts is inside its bounds (stream < nstreams
+// <= kMaxStreams, path kind and count, a data chunk inside its message inside the limit, a
+// CTS entry index < 8, a back-channel payload within kMaxBytes); a CTS group that decodes
+// (decode_cts) encodes (encode_cts) to the same kind, count, index and payload, and a landed
+// report's entries (decode_landed) encode (encode_landed) to the same payload.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -60,17 +61,30 @@ void back(const uint8_t *p, const uint8_t *payload)
 {
     tcp::BackHeader h;
     if (h.decode(p) != nullptr) return;
-    FUZZ_CHECK(h.kind <= tcp::BackHeader::kGoodbye);
+    FUZZ_CHECK(h.kind <= tcp::BackHeader::kLanded);
     FUZZ_CHECK(h.kSize + h.payload() <= tcp::BackHeader::kMaxBytes);
     if (h.kind == tcp::BackHeader::kCts)
         FUZZ_CHECK(h.count >= 1 && h.count <= tcp::BackHeader::kMaxEntries);
+    if (h.kind == tcp::BackHeader::kLanded)
+        FUZZ_CHECK(h.count >= 1 && h.count <= tcp::BackHeader::kMaxLanded);
     std::array<uint8_t, tcp::BackHeader::kSize> again{};
     h.encode(again.data());
     FUZZ_CHECK(std::memcmp(again.data(), p, again.size()) == 0);
-    if (h.kind != tcp::BackHeader::kCts) return;
+    if (h.kind != tcp::BackHeader::kCts && h.kind != tcp::BackHeader::kLanded) return;
     // Exact-size copy of the payload the header announces: a read past it is a bug.
     auto *body = new uint8_t[h.payload()];
     std::memcpy(body, payload, h.payload());
+    if (h.kind == tcp::BackHeader::kLanded) {
+        std::array<tcp::Landed, tcp::BackHeader::kMaxLanded> e{};
+        for (size_t k = 0; k < h.count; ++k) e[k] = tcp::decode_landed(body, k);
+        std::array<uint8_t, tcp::BackHeader::kMaxBytes - tcp::BackHeader::kSize> out{};
+        tcp::BackHeader eh;
+        tcp::encode_landed(e.data(), h.count, &eh, out.data());
+        FUZZ_CHECK(eh.kind == h.kind && eh.count == h.count && eh.payload() == h.payload());
+        FUZZ_CHECK(std::memcmp(out.data(), body, h.payload()) == 0);
+        delete[] body;
+        return;
+    }
     vigil::net::CtsGroup g;
     if (tcp::decode_cts(h, body, &g) == nullptr) {
         FUZZ_CHECK(g.n == h.count && g.index == h.value);

@@ -195,6 +195,11 @@ void tcp_wire()
     k.kind = tcp::BackHeader::kFailoverRequest;
     k.count = 1;
     put("tcp-wire", "near-back-count", encoded(k, tcp::BackHeader::kSize));
+    std::array<tcp::Landed, 3> landed{{{7, 262144, 2}, {8, 4096, 2}, {9, 0xffffffffu, 3}}};
+    Bytes lb(48 + tcp::BackHeader::kMaxBytes - tcp::BackHeader::kSize, 0);
+    tcp::encode_landed(landed.data(), landed.size(), &k, lb.data() + 48);
+    k.encode(lb.data());
+    put("tcp-wire", "back-landed", lb);
 }
 
 // Records of the listener target: a control byte, then a hello whose nonce bytes are the

@@ -76,13 +76,15 @@ struct Frame {
     uint8_t *dest = nullptr;
 };
 
-// Receiver -> sender.
+// Receiver -> sender. kHeld: seq held; kLanded: `len` bytes of seq (generation gen) counted
+// by the receiver from this lane's frames, as the TCP fabric's receiver reports them.
 struct Back {
-    enum Kind { kAck, kFailoverRequest, kCts, kGoodbye, kHeld } kind = kAck; // kHeld: seq held
+    enum Kind { kAck, kFailoverRequest, kCts, kGoodbye, kHeld, kLanded } kind = kAck;
     uint64_t seq = 0;
     uint32_t gen = 0;
     uint32_t slot = 0;
     vn::CtsGroup cts;
+    uint64_t len = 0;
 };
 
 struct Located {
@@ -146,7 +148,8 @@ struct Lane {
     bool peer_eof = false;  // ... as an end without a goodbye (the peer's process died)
     bool drop_data = false; // frames written are lost (dead link, no error anywhere)
     bool drop_back = false; // everything of the back channel is lost
-    bool hold_acks = false; // acks and heartbeats wait in `held_acks` (CTS and the rest pass)
+    bool hold_acks = false; // acks, landed reports and heartbeats wait in `held_acks` (CTS and
+                            // the rest pass)
     std::deque<Back> held_acks;
     bool hold = false;      // written frames wait on the streams until released
     std::vector<std::deque<Frame>> streams{1};
@@ -226,7 +229,7 @@ struct Lane {
     void reply(Back b)
     {
         if (broken || drop_back) return;
-        if (hold_acks && b.kind == Back::kAck) held_acks.push_back(std::move(b));
+        if (hold_acks && (b.kind == Back::kAck || b.kind == Back::kLanded)) held_acks.push_back(std::move(b));
         else back.push_back(std::move(b));
     }
     // Lets the held acks through.
@@ -322,12 +325,6 @@ public:
         write(0, std::move(f));
     }
     bool stripes() const override { return l_.stripes; }
-    uint64_t backlog() const override
-    {
-        uint64_t n = 0;
-        for (const auto &e : l_.outbox) n += e.second.bytes.size();
-        return n;
-    }
     void post(const vn::OutMessage &m) override
     {
         if (l_.stripes && l_.rdma) { // a piece, one frame: lands when it leaves the outbox
@@ -436,6 +433,9 @@ public:
                 return st;
             case Back::kHeld:
                 sink.held(b.seq);
+                break;
+            case Back::kLanded:
+                sink.landed(b.seq, b.len, b.gen);
                 break;
             }
         }
@@ -601,8 +601,16 @@ public:
                 l_.streams[i].pop_front();
                 moved = true;
                 --budget;
-                if (int rc = sink.landed(seq, len, gen); rc != 0)
-                    return vn::PathStatus{.error = rc, .fatal = true, .detail = "landed refused"};
+                const int rc = sink.landed(seq, len, gen);
+                if (rc < 0) return vn::PathStatus{.error = rc, .fatal = true, .detail = "landed refused"};
+                if (rc > 0 && len > 0) {
+                    Back b;
+                    b.kind = Back::kLanded;
+                    b.seq = seq;
+                    b.gen = gen;
+                    b.len = len;
+                    l_.reply(std::move(b));
+                }
             }
         }
         const bool drained = std::all_of(l_.streams.begin(), l_.streams.end(), [](const auto &s) { return s.empty(); });

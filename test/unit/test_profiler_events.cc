@@ -37,19 +37,16 @@ public:
     void post(const vn::OutMessage &m) override
     {
         next_ = std::max(next_, m.seq + 1);
-        queued_ += m.length;
     }
-    /// With `stripes`: takes pieces; what was posted waits (backlog) until the next progress.
+    /// With `stripes`: takes pieces.
     bool stripes_ = false;
     bool stripes() const override { return stripes_; }
-    uint64_t backlog() const override { return queued_; }
     bool idle() const override { return true; }
     void probe() override {}
     void goodbye() override {}
     void sabotage() override {}
     vn::PathStatus progress(vn::SendSink &sink) override
     {
-        queued_ = 0;
         sink.acked(next_);
         for (; groups_ < next_ + 2; ++groups_) {
             vn::CtsGroup g;
@@ -69,7 +66,6 @@ private:
     vn::PathIdentity id_;
     uint64_t next_ = 0;
     uint64_t groups_ = 0;
-    uint64_t queued_ = 0;
 };
 
 struct Call {
@@ -104,12 +100,12 @@ ncclResult_t fake_profiler(void **eHandle, int type, void *pHandle, int64_t plug
     return ncclSuccess;
 }
 
-/// With `multipath`, both paths stripe and a 4 KiB message is 4 pieces of 1 KiB: two wait
-/// on the active path, the other two go to the shared one.
-std::unique_ptr<vn::SendComm> make_comm(bool multipath = false)
+/// With `multipath`, both paths stripe and a 4 KiB message is 4 pieces of 1 KiB, which the
+/// Striper deals over both (equally fast) paths. Windows of `window_ns`.
+std::unique_ptr<vn::SendComm> make_comm(bool multipath = false, uint64_t window_ns = 20'000)
 {
     vn::TelemetryConfig t;
-    t.window_ns = 20'000; // 20 us windows: several close between sends below
+    t.window_ns = window_ns;
     vn::SendPaths p;
     auto a = std::make_unique<InstantPath>(vn::kPrimary, 3);
     auto b = std::make_unique<InstantPath>(vn::kBackup, 4);
@@ -122,7 +118,9 @@ std::unique_ptr<vn::SendComm> make_comm(bool multipath = false)
     return std::make_unique<vn::SendComm>(std::move(p), std::array<int, vn::kMaxPaths>{{3, 4}}, cfg, t);
 }
 
-void send_some(vn::SendComm &c, void *phandle, int n)
+/// `n` sends of 4 KiB, each tested to completion, `gap` apart.
+void send_some(vn::SendComm &c, void *phandle, int n,
+               std::chrono::microseconds gap = std::chrono::microseconds(50))
 {
     static uint8_t buf[4096];
     for (int i = 0; i < n; ++i) {
@@ -131,7 +129,7 @@ void send_some(vn::SendComm &c, void *phandle, int n)
         REQUIRE(r != nullptr);
         int done = 0;
         while (!done) REQUIRE(c.test(r, &done, nullptr) == 0);
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        std::this_thread::sleep_for(gap);
     }
 }
 
@@ -186,9 +184,13 @@ TEST_CASE("net events are children of the proxy-step handle, with our descriptor
 TEST_CASE("with multipath each carrying path's window comes with its share", "[profiler][multipath]")
 {
     Fixture f;
-    auto c = make_comm(true);
+    // Windows of 2 ms, sends 5 ms apart: each send's completions on both paths fall in one
+    // window per path, which the next send's completions close (the meter closes windows on
+    // its next event past their end) and the send after that emits, both paths' together.
+    // Nothing depends on how long a send takes (a sanitizer's slowness only stretches it).
+    auto c = make_comm(true, 2'000'000);
     int step = 0;
-    send_some(*c, &step, 40);
+    send_some(*c, &step, 40, std::chrono::milliseconds(5));
     // A window counts the bytes completed in it: one with posts only has a share of 0.
     int windows[vn::kMaxPaths] = {}, sharing[vn::kMaxPaths] = {};
     for (const Call &k : g_calls) {

@@ -339,15 +339,25 @@ TEST_CASE("BackHeader round trip, bounds and bad fields", "[wire]")
     cts.encode(b.data());
     REQUIRE(out.decode(b.data()) == nullptr);
     CHECK(out.payload() == 8 + BackHeader::kMaxEntries * BackHeader::kEntrySize);
-    CHECK(BackHeader::kSize + out.payload() == BackHeader::kMaxBytes);
+    CHECK(BackHeader::kSize + out.payload() <= BackHeader::kMaxBytes);
     cts.count = 0;
     CHECK_THAT(back_verdict(cts), Catch::Contains("count"));
     cts.count = BackHeader::kMaxEntries + 1;
     CHECK_THAT(back_verdict(cts), Catch::Contains("count"));
     a.count = 1; // only CTS groups have entries
     CHECK_THAT(back_verdict(a), Catch::Contains("count"));
+    BackHeader landed;
+    landed.kind = BackHeader::kLanded;
+    landed.count = BackHeader::kMaxLanded;
+    landed.encode(b.data());
+    REQUIRE(out.decode(b.data()) == nullptr);
+    CHECK(BackHeader::kSize + out.payload() == BackHeader::kMaxBytes); // the largest message
+    landed.count = 0;
+    CHECK_THAT(back_verdict(landed), Catch::Contains("count"));
+    landed.count = BackHeader::kMaxLanded + 1;
+    CHECK_THAT(back_verdict(landed), Catch::Contains("count"));
     BackHeader k;
-    k.kind = 4;
+    k.kind = 5;
     CHECK_THAT(back_verdict(k), Catch::Contains("kind"));
     k.kind = BackHeader::kGoodbye;
     k.encode(b.data());
@@ -399,7 +409,7 @@ TEST_CASE("CTS group: encode_cts/decode_cts round trip, reserved bytes refused",
     BackHeader h;
     encode_cts(g, &h, msg.data() + BackHeader::kSize);
     h.encode(msg.data());
-    CHECK(BackHeader::kSize + h.payload() == BackHeader::kMaxBytes);
+    CHECK(BackHeader::kSize + h.payload() <= BackHeader::kMaxBytes);
 
     BackHeader in;
     REQUIRE(in.decode(msg.data()) == nullptr);
@@ -422,4 +432,27 @@ TEST_CASE("CTS group: encode_cts/decode_cts round trip, reserved bytes refused",
                Catch::Contains("reserved"));
     BackHeader ack;
     CHECK(decode_cts(ack, msg.data(), &out) != nullptr); // not a CTS header
+}
+
+TEST_CASE("landed report: encode_landed/decode_landed round trip", "[wire]")
+{
+    using vigil::net::tcp::Landed;
+    std::array<Landed, BackHeader::kMaxLanded> in{};
+    for (size_t k = 0; k < in.size(); ++k)
+        in[k] = Landed{0x1000000000ull + k * 7, static_cast<uint32_t>(0xfffffff0u - k), static_cast<uint32_t>(k + 1)};
+    std::array<uint8_t, BackHeader::kMaxBytes> msg{};
+    BackHeader h;
+    encode_landed(in.data(), in.size(), &h, msg.data() + BackHeader::kSize);
+    h.encode(msg.data());
+    BackHeader got;
+    REQUIRE(got.decode(msg.data()) == nullptr);
+    REQUIRE(got.kind == BackHeader::kLanded);
+    REQUIRE(got.count == in.size());
+    CHECK(got.payload() == in.size() * BackHeader::kLandedSize);
+    for (size_t k = 0; k < in.size(); ++k) {
+        const Landed l = decode_landed(msg.data() + BackHeader::kSize, k);
+        CHECK(l.seq == in[k].seq);
+        CHECK(l.bytes == in[k].bytes);
+        CHECK(l.gen == in[k].gen);
+    }
 }

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+// Multipath's scheduler: which carrying path of a connection takes the next piece of the
+// bytes bound and not yet posted, and how large that piece is. Fabric-neutral: it sees paths
+// only as what they were given, what landed and when, and whether their queue has room.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "fabric.h"
+
+namespace vigil::net {
+
+/// How many striped paths carry on each local device of a process: the paths that divide a
+/// port's queue bound between them (Striper, "room"). Implementations are thread-safe: every
+/// comm of a process updates the process's account from its own lock.
+class PortAccount
+{
+public:
+    virtual ~PortAccount() = default;
+    /// A path on device `dev` starts (`delta` +1) or stops (-1) carrying striped traffic.
+    /// Devices the account does not track are ignored.
+    virtual void add(int dev, int delta) noexcept = 0;
+    /// Paths carrying on `dev` now (0 for a device the account does not track).
+    virtual int carriers(int dev) const noexcept = 0;
+    /// The account of this process, shared by every connection of the net plugin.
+    static PortAccount &process() noexcept;
+};
+
+/// A PortAccount over devices [0, kDevs): counters in a fixed table.
+class PortCounters final : public PortAccount
+{
+public:
+    static constexpr int kDevs = 64;
+    void add(int dev, int delta) noexcept override;
+    int carriers(int dev) const noexcept override;
+
+private:
+    std::array<std::atomic<int>, kDevs> n_{};
+};
+
+/* The striping policy.
+ *
+ * A connection that stripes posts the bytes it has bound to receive buffers and not yet
+ * posted in its generation (`remaining`, the rest of its current message first) in pieces,
+ * each to one carrying path. The Striper decides, for the next piece, which path and how
+ * many bytes, from what each path has outstanding (posted, not yet landed at the receiver:
+ * queued here, in the kernel, on the wire, unread there) and its rate.
+ *
+ * Rate. Bytes landed over the time the path had bytes outstanding, both sums decayed with a
+ * half-life of kHalfLifeNs of that busy time, so a port that slows is followed within a few
+ * pieces; the busy span since the last landing counts too, so a path that stops delivering
+ * looks slower at once, not at its next landing. Idle time counts for nothing. A path never
+ * measured takes the fastest measured rate (or, none measured, all are equal).
+ *
+ * Finish time of path i for a piece of n bytes: (outstanding_i + n) / rate_i, where
+ * outstanding_i is less what the path delivered at its rate since its last landing was
+ * learned (landings are learned in lumps and late: a path that just finished must not look
+ * loaded). The fluid
+ * share of path i: the bytes it would carry if the `remaining` bytes were poured over the
+ * paths so that all finish together (water-filling over outstanding_i / rate_i): what it can
+ * deliver before the others could deliver everything.
+ *
+ * The next piece goes to the carrying path with room that finishes it first (a tie, or a
+ * lead of less than a minimum piece at the leader's rate, goes to `prefer`, the active path:
+ * small messages keep to one path); it takes a whole piece: piece_bytes, or the message's
+ * rest, or, for a message larger than a piece, an eighth of what remains where that is less
+ * (down to a minimum piece), so the end of what is bound is fine enough to share out. Another path with room takes a piece only as large as three quarters of its fluid
+ * share, and only when that is at least a minimum piece (a quarter of piece_bytes: 64 KiB by
+ * default): a path never takes bytes it would deliver after the faster ones could have
+ * delivered all of them, even where the estimates are somewhat off (too little costs the
+ * faster paths the rest at their rate, too much costs the excess at the slow path's).
+ * Near the end of what is bound (a ring step's last pieces) the slow path therefore takes
+ * nothing, and a degraded port is never waited for longer than a dead one would cost; in a
+ * stream (`remaining` large) every path keeps taking pieces at its own pace. A path that got
+ * no piece for kReprobeNs and has nothing outstanding takes its share however small (down to
+ * 4 KiB), and its rate is measured afresh from that piece alone: a port that healed is
+ * found at no expected cost (the share finishes with the others), one that did not keeps
+ * its rate.
+ *
+ * Room. A path takes a piece only while its own queue has room (SendPath::can_post) and its
+ * outstanding bytes are below its bound: max(kHorizonNs of its rate, the port's share of four
+ * pieces: two each up to two carrying paths on the device, 4 x piece / n beyond, never below
+ * half a piece). The bound is the port's, not the connection's, so a slow port holds about
+ * as much whatever the number of connections (NCCL's channels) striping over it.
+ *
+ * Not thread-safe: used under its comm's lock. Memory: a few words per path; no allocation.
+ */
+class Striper
+{
+public:
+    /// Half-life of a path's rate estimate, ns of busy time.
+    static constexpr uint64_t kHalfLifeNs = 20'000'000;
+    /// A path may have this much of its rate outstanding, ns (and the port's share of four
+    /// pieces at least).
+    static constexpr uint64_t kHorizonNs = 1'000'000;
+    /// A carrying path left without pieces this long takes one again, ns.
+    static constexpr uint64_t kReprobeNs = 500'000'000;
+
+    /// `piece_bytes` (> 0): the largest piece. `ports` outlives the Striper.
+    Striper(uint64_t piece_bytes, PortAccount *ports) noexcept;
+    ~Striper(); ///< leaves the port account for every path still carrying
+    Striper(const Striper &) = delete;
+    Striper &operator=(const Striper &) = delete;
+
+    /// Path `slot` (on local device `dev`) starts or stops carrying pieces. A path that stops
+    /// forgets what it had outstanding (the core abandoned it: failover, a new generation);
+    /// its rate estimate stays, for when it carries again.
+    void set_carrying(int slot, int dev, bool carrying, uint64_t now) noexcept;
+    bool carrying(int slot) const noexcept { return paths_[static_cast<size_t>(slot)].carrying; }
+
+    /// `bytes` posted to path `slot` at `now` (ns, CLOCK_MONOTONIC).
+    void on_post(int slot, uint64_t bytes, uint64_t now) noexcept;
+    /// `bytes` that path `slot` carried arrived at the receiver (landed, or the message they
+    /// belong to completed), learned at `now`.
+    void on_landed(int slot, uint64_t bytes, uint64_t now) noexcept;
+    /// `bytes` that path `slot` carried will not be delivered by it (abandoned).
+    void on_dropped(int slot, uint64_t bytes) noexcept;
+
+    /// The next piece: `slot` -1 (post nothing now: every path that should take it is full),
+    /// else the path and its length, 1..min(piece_bytes, msg_left) (a message of 0 bytes: 0).
+    struct Pick {
+        int slot = -1;
+        uint64_t len = 0;
+    };
+    /// For a message whose unposted rest is `msg_left` bytes, of `remaining` bytes bound and
+    /// not yet posted in this generation (msg_left <= remaining). `can_post[i]`: path i's own
+    /// queue has room (SendPath::can_post). `prefer`: the active path.
+    Pick next(uint64_t msg_left, uint64_t remaining, const std::array<bool, kMaxPaths> &can_post,
+              int prefer, uint64_t now) noexcept;
+
+    /// Path `slot`'s rate estimate at `now`, bytes/s; 0 before its first landing.
+    double rate(int slot, uint64_t now) const noexcept;
+    /// Bytes posted to path `slot` and not yet landed.
+    uint64_t outstanding(int slot) const noexcept { return paths_[static_cast<size_t>(slot)].out; }
+    /// Path `slot` may take another piece (the room rule above, its own queue aside).
+    bool has_room(int slot, uint64_t now) const noexcept;
+
+private:
+    struct PathState {
+        bool carrying = false;
+        int dev = -1;         // counted in the port account while carrying (-1: not counted)
+        uint64_t out = 0;     // posted, not yet landed
+        uint64_t mark_ns = 0; // busy time is accounted up to here
+        double bytes_w = 0;   // decayed sums: bytes landed ...
+        double busy_w = 0;    // ... over busy ns
+        uint64_t last_post_ns = 0;
+        bool reprobing = false; // its next landing replaces the sums (a reprobe piece's)
+    };
+    /// Adds the busy time up to `now` to path `p`'s sums (decaying them).
+    static void account(PathState &p, uint64_t now) noexcept;
+    /// Rates of the carrying paths at `now`, unmeasured ones filled in (see above).
+    std::array<double, kMaxPaths> rates(uint64_t now) const noexcept;
+
+    uint64_t piece_;
+    uint64_t min_piece_; // piece_ / 4: the least a path beside the fastest one is given ...
+    uint64_t align_;     // ... and pieces shorter than a message's rest end on this boundary
+    PortAccount *ports_;
+    std::array<PathState, kMaxPaths> paths_{};
+};
+
+} // namespace vigil::net

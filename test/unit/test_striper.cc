@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Striper (striper.h) alone: rates, room, and which path takes the next piece, over a
+// model of two paths that deliver what they are given at fixed rates on a synthetic clock.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <deque>
+
+#include "striper.h"
+
+namespace vn = vigil::net;
+using vn::kBackup;
+using vn::kPrimary;
+using vn::Striper;
+
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kPiece = 256 * kKiB;
+constexpr uint64_t kUs = 1000; // ns
+
+// Two paths that deliver what they were posted, in order, each at its own rate (bytes/s),
+// and report every piece landed when its last byte arrived; time in steps of `step` ns.
+struct Model {
+    explicit Model(double fast, double slow, vn::PortAccount *ports = nullptr)
+        : rate{fast, slow}, s(kPiece, ports != nullptr ? ports : &own)
+    {
+        s.set_carrying(kPrimary, 0, true, now);
+        s.set_carrying(kBackup, 1, true, now);
+    }
+    vn::PortCounters own;
+    std::array<double, 2> rate;
+    Striper s;
+    uint64_t now = 1'000'000'000;
+    std::array<std::deque<uint64_t>, 2> fifo; // bytes left of each posted piece
+    std::array<double, 2> credit{};            // bytes a path may still deliver this step
+    std::array<uint64_t, 2> carried{};
+
+    // Posts the next pieces of `msg` bytes (of `remaining` bound) while the Striper says so;
+    // returns the bytes of `msg` not yet posted.
+    uint64_t post(uint64_t msg, uint64_t *remaining)
+    {
+        while (msg > 0) {
+            const Striper::Pick p = s.next(msg, *remaining, {true, true}, kPrimary, now);
+            if (p.slot < 0) break;
+            REQUIRE(p.len > 0);
+            REQUIRE(p.len <= std::min(msg, kPiece));
+            s.on_post(p.slot, p.len, now);
+            fifo[static_cast<size_t>(p.slot)].push_back(p.len);
+            carried[static_cast<size_t>(p.slot)] += p.len;
+            msg -= p.len;
+            *remaining -= p.len;
+        }
+        return msg;
+    }
+    // Advances the clock by `step` ns, delivering and reporting landings.
+    void tick(uint64_t step)
+    {
+        now += step;
+        for (int i = 0; i < 2; ++i) {
+            auto &q = fifo[static_cast<size_t>(i)];
+            double &c = credit[static_cast<size_t>(i)];
+            c = q.empty() ? 0 : c + rate[static_cast<size_t>(i)] * static_cast<double>(step) / 1e9;
+            while (!q.empty() && c >= static_cast<double>(q.front())) {
+                c -= static_cast<double>(q.front());
+                s.on_landed(i, q.front(), now);
+                q.pop_front();
+            }
+        }
+    }
+    bool idle() const { return fifo[0].empty() && fifo[1].empty(); }
+    // Sends messages of `bytes` (one bound at a time, as a ring step), returns the time it
+    // took, ns.
+    uint64_t send(uint64_t bytes)
+    {
+        const uint64_t t0 = now;
+        uint64_t remaining = bytes, left = bytes;
+        while (left > 0 || !idle()) {
+            left = post(left, &remaining);
+            tick(10 * kUs);
+        }
+        return now - t0;
+    }
+};
+
+} // namespace
+
+TEST_CASE("striper: two equal paths share a stream, each within its room", "[striper]")
+{
+    Model m(100e6, 100e6);
+    uint64_t remaining = 64 * kPiece;
+    const uint64_t left = m.post(64 * kPiece, &remaining);
+    // Room: two pieces each (two carrying paths on each device), then the rest waits.
+    CHECK(m.s.outstanding(kPrimary) == 2 * kPiece);
+    CHECK(m.s.outstanding(kBackup) == 2 * kPiece);
+    CHECK(left == 60 * kPiece);
+    CHECK_FALSE(m.s.has_room(kPrimary, m.now));
+    m.send(64 * kPiece);
+    const double share = static_cast<double>(m.carried[kBackup]) / static_cast<double>(m.carried[0] + m.carried[1]);
+    CHECK(share > 0.4);
+    CHECK(share < 0.6);
+}
+
+TEST_CASE("striper: a small message keeps to the preferred path", "[striper]")
+{
+    Model m(100e6, 100e6);
+    for (int k = 0; k < 20; ++k) {
+        uint64_t remaining = 8;
+        CHECK(m.post(8, &remaining) == 0); // posted at once, before anything landed
+    }
+    CHECK(m.carried[kPrimary] == 160);
+    CHECK(m.carried[kBackup] == 0);
+}
+
+TEST_CASE("striper: rates follow landings over busy time only", "[striper]")
+{
+    Model m(200e6, 50e6);
+    m.send(32 * kPiece); // learns both rates
+    CHECK(m.s.rate(kPrimary, m.now) == Approx(200e6).epsilon(0.15));
+    CHECK(m.s.rate(kBackup, m.now) == Approx(50e6).epsilon(0.15));
+    // Idle time changes nothing.
+    m.now += 5'000'000'000;
+    CHECK(m.s.rate(kBackup, m.now) == Approx(50e6).epsilon(0.15));
+    // A path that stops delivering with bytes outstanding looks slower at once.
+    m.s.on_post(kBackup, kPiece, m.now);
+    const double before = m.s.rate(kBackup, m.now);
+    m.now += 100'000'000;
+    CHECK(m.s.rate(kBackup, m.now) < before / 2);
+}
+
+TEST_CASE("striper: a ring step's tail never waits on the slow path", "[striper]")
+{
+    const uint64_t msg = 16 * kPiece; // 4 MiB
+    for (const double cut : {0.75, 0.5, 0.25, 0.1, 0.02}) {
+        CAPTURE(cut);
+        Model m(100e6, 100e6 * cut);
+        for (int k = 0; k < 4; ++k) m.send(msg); // rates learned
+        const uint64_t t = m.send(msg);
+        // The fluid bound: both paths finishing together; and the fast path alone (what a
+        // dead slow port would cost).
+        const double fluid = static_cast<double>(msg) / (100e6 * (1 + cut)) * 1e9;
+        const double alone = static_cast<double>(msg) / 100e6 * 1e9;
+        const double piece = static_cast<double>(kPiece) / 100e6 * 1e9; // one on the fast path
+        CHECK(static_cast<double>(t) <= std::max(fluid * 1.1, fluid + piece));
+        CHECK(static_cast<double>(t) <= alone * 1.02);
+    }
+}
+
+TEST_CASE("striper: a path far slower than its share is worth takes nothing, then is "
+          "measured again",
+          "[striper]")
+{
+    Model m(100e6, 100e6);
+    m.send(16 * kPiece);
+    m.rate[kBackup] = 100e6 / 100; // the port is cut to 1 %
+    for (int k = 0; k < 3; ++k) m.send(16 * kPiece);
+    const uint64_t before = m.carried[kBackup];
+    m.send(4 * kPiece);
+    CHECK(m.carried[kBackup] == before); // its share is below a minimum piece
+    // After kReprobeNs without a piece it takes its (small) share again ...
+    m.now += Striper::kReprobeNs;
+    m.rate[kBackup] = 100e6; // ... and finds the port healed
+    for (int k = 0; k < 6; ++k) m.send(16 * kPiece);
+    CHECK(m.carried[kBackup] > before + 8 * kPiece);
+    CHECK(m.s.rate(kBackup, m.now) > 50e6);
+}
+
+TEST_CASE("striper: the port's room is shared by the paths carrying on it", "[striper]")
+{
+    vn::PortCounters ports;
+    Model m(100e6, 100e6, &ports);
+    CHECK(ports.carriers(0) == 1);
+    // Three more connections carry on device 0: four pieces over four paths, one each.
+    for (int k = 0; k < 3; ++k) ports.add(0, +1);
+    uint64_t remaining = 64 * kPiece;
+    m.post(64 * kPiece, &remaining);
+    CHECK(m.s.outstanding(kPrimary) == kPiece);
+    CHECK(m.s.outstanding(kBackup) == 2 * kPiece);
+    m.s.set_carrying(kPrimary, 0, false, m.now);
+    CHECK(ports.carriers(0) == 3);
+    CHECK(m.s.outstanding(kPrimary) == 0); // abandoned with it
+}
