@@ -1,29 +1,54 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Side-by-side benchmark (not a test): a degraded port must not pace a connection. A 2-host x
-# 2-port lab with every port limited to RATE by tbf (both directions, netlab.sh degrade), one
-# process pair streaming 4 MiB messages over N connections (vigil-netbench --workload
-# bandwidth --channels N: connection c on port c mod 2, as NCCL deals its channels; message k
-# on connection k mod N, so the run ends with the slowest). Host 1's port 0 is then cut to
-# 75, 50, 25 and 10 % of RATE. Each point runs with multipath (the default) and with
-# VIGIL_MULTIPATH=0 (the backup a hot standby only), alternating, ROUNDS times (median).
+# Side-by-side benchmark (not a test): a degraded port must not pace a connection, nor a ring.
+#
+# Stream mode (the default). A 2-host x 2-port lab with every port limited to RATE by tbf
+# (both directions, netlab.sh degrade), one process pair streaming 4 MiB messages over N
+# connections (vigil-netbench --workload bandwidth --channels N: connection c on port c mod 2,
+# as NCCL deals its channels; message k on connection k mod N, so the run ends with the
+# slowest). Host 1's port 0 is then cut to 75, 50, 25 and 10 % of RATE. Each point runs with
+# multipath (the default) and with VIGIL_MULTIPATH=0 (the backup a hot standby only),
+# alternating, ROUNDS times (median).
 #
 # Printed per N and cut: the throughput kept as a fraction of the same mode's healthy run, and
 # the capacity bound: the rate the ports the connections may use can still carry over what
 # they carried healthy. With multipath every connection may use both ports: (1 + f) / 2. With
 # it off, N = 1 uses only its primary port (bound f) and N >= 2 spreads over both ((1 + f) / 2,
 # which pacing by the slowest channel cannot reach). Target: multipath >= 0.9 x the bound.
+#
+# Ring mode (`ring`). H hosts x 2 ports (H = 3 and 4, RING_HOSTS), every port at RING_RATE,
+# a validated ring all-reduce (vigil-netbench --workload allreduce, RING_BYTES per rank, two
+# channels: each ring step's chunk is two slices, one per channel, channel c's primary on
+# port c). After RING_CUT_AT iterations host 1's port 0 is cut to 75, 50, 25 and 10 % of the
+# rate, or taken down (a failover); the bus bandwidth is the mean over the iterations from
+# RING_SKIP after the cut to the end, against the same mode's run with no cut. The bound is
+# what host 1's ports can still carry: (1 + f) / 2 cut, 1/2 down. Targets: multipath >= 0.9 x
+# the bound at 25 and 10 %, and never below its own run with the port down. Each point also
+# says how busy the CPUs were (the ranks' CPU time over the run's wall time and the cores):
+# the ports are kept slow enough that the CPUs are not what limits the ring.
+#
 # What is shaped: veth ports with tbf (token bucket, 50 ms queue); a real NIC's degradation
 # (FEC errors, PFC storms, a lane down) has other dynamics.
 # Usage: scripts/bench_degraded.sh [ROUNDS] (RATE=400mbit, SECS=3, CHANNELS="1 2 4",
-# CUTS="75 50 25 10"; KEEP=1 keeps the logs). Writes docs/degraded.png when matplotlib is there.
+#          CUTS="75 50 25 10"; KEEP=1 keeps the logs). Writes docs/degraded.png when matplotlib
+#          is there.
+#        scripts/bench_degraded.sh ring [ROUNDS] (RING_HOSTS="3 4", RING_RATE=200mbit,
+#          RING_BYTES=8M, RING_ITERS=16, RING_CUT_AT=3, RING_SKIP=3, CUTS, KEEP).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=stream
+if [[ ${1:-} == ring ]]; then
+    MODE=ring
+    shift
+fi
 ROUNDS=${1:-1}
 if [[ -z ${NETLAB:-} ]]; then
     scripts/setup.sh
-    exec scripts/netlab.sh run -H 2 -P 2 -- "$0" "$@"
+    [[ $MODE == stream ]] && exec scripts/netlab.sh run -H 2 -P 2 -- "$0" "$@"
+    for h in ${RING_HOSTS:-3 4}; do scripts/netlab.sh run -H "$h" -P 2 -- "$0" ring "$@"; done
+    exit 0
 fi
+if [[ $MODE == ring ]]; then exec scripts/bench_ring.sh "$ROUNDS"; fi
 RATE=${RATE:-400mbit}
 SECS=${SECS:-3}
 CHANNELS=${CHANNELS:-1 2 4}
