@@ -258,10 +258,13 @@ public:
     /// nothing of the old generation counts at the receiver once the notice arrived). The
     /// core stripes a connection over its paths only when every one of them does.
     virtual bool stripes() const { return false; }
-    /// With stripes(): whether another piece may be posted now (the path's own queue has
-    /// room). Cheap (no system call). How much a path should hold beyond that is the core's
-    /// to judge, from what it posted and what the path reported landed (striper.h).
-    virtual bool can_post() const { return true; }
+    /// With stripes(): whether another piece may be posted now: the path's own queue has
+    /// room and it holds less than `limit` bytes not yet on the wire (TCP: queued, and unsent
+    /// in its sockets' buffers, which a slow port holds by the megabyte; verbs: queued, and
+    /// writes not completed). Bytes already on the wire do not count: the port, not the
+    /// queue, paces what they cost. Cheap: a path that needs a system call to tell makes it
+    /// at most once between two progress() calls.
+    virtual bool can_post(uint64_t /*limit*/) const { return true; }
     /// Moves bytes without blocking, reporting acks and CTS groups into `sink`.
     virtual PathStatus progress(SendSink &sink) = 0;
     /// The progress engine is about to progress this path: take the readiness notifications it

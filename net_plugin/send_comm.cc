@@ -151,17 +151,18 @@ unsigned SendComm::distribute_locked() noexcept
     }
     const uint64_t now = now_ns();
     // Multipath: what is bound and not yet posted (the Striper's `remaining`), and which
-    // carrying paths' own queues have room.
+    // carrying paths take a piece now.
     uint64_t remaining = 0;
-    std::array<bool, kMaxPaths> can_post{};
+    std::array<bool, kMaxPaths> room{};
+    auto has_room = [&](int i) {
+        return striper_.carrying(i) && found_[static_cast<size_t>(i)].error == 0 &&
+               paths_[i].path->can_post(striper_.room_limit(i));
+    };
     if (shared) {
         for (uint64_t s = assign_seq_; s < next_seq_; ++s)
             if (!held_[s % kMaxInflight])
                 remaining += reqs_[s % kMaxInflight].size - (s == assign_seq_ ? assign_off_ : 0);
-        for (int i = 0; i < kMaxPaths; ++i)
-            can_post[static_cast<size_t>(i)] = striper_.carrying(i) &&
-                                               found_[static_cast<size_t>(i)].error == 0 &&
-                                               paths_[i].path->can_post();
+        for (int i = 0; i < kMaxPaths; ++i) room[static_cast<size_t>(i)] = has_room(i);
     }
     unsigned posted = 0;
     while (assign_seq_ < next_seq_) {
@@ -174,14 +175,14 @@ unsigned SendComm::distribute_locked() noexcept
         int to = active_;
         size_t len = size - assign_off_;
         if (shared) {
-            const Striper::Pick pick = striper_.next(len, remaining, can_post, active_, now);
+            const Striper::Pick pick = striper_.next(len, remaining, room, active_, now);
             if (pick.slot < 0) break; // the paths that should take it are full: later
             to = pick.slot;
             len = pick.len;
             remaining -= len;
         }
         post_locked(to, assign_seq_, assign_off_, len, now);
-        if (shared) can_post[static_cast<size_t>(to)] = paths_[to].path->can_post();
+        if (shared) room[static_cast<size_t>(to)] = has_room(to);
         posted |= 1u << to;
         assign_off_ += len;
         if (assign_off_ >= size) {

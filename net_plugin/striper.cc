@@ -98,9 +98,22 @@ void Striper::on_post(int slot, uint64_t bytes, uint64_t now) noexcept
 void Striper::on_landed(int slot, uint64_t bytes, uint64_t now) noexcept
 {
     PathState &p = paths_[static_cast<size_t>(slot)];
-    if (p.reprobing) { // measured afresh: the reprobe piece alone, from its post on
+    if (p.reprobing) {
+        // The reprobe piece alone, from its post on: its time holds the path's latency too,
+        // so what it shows is a lower bound of the path's rate. Faster than the estimate: the
+        // port healed, and the estimate starts afresh from it. Not faster: the estimate
+        // (learned under load) stays, and the probe's latency-bound sample is left out.
         p.reprobing = false;
-        p.bytes_w = p.busy_w = 0;
+        const uint64_t took = since(now, p.last_post_ns);
+        const double probe = took > 0 ? static_cast<double>(bytes) * 1e9 / static_cast<double>(took) : 0;
+        const double known = p.busy_w > 0 ? p.bytes_w * 1e9 / p.busy_w : 0;
+        if (probe > known) {
+            p.bytes_w = p.busy_w = 0;
+        } else {
+            p.mark_ns = now;
+            p.out -= std::min(p.out, bytes);
+            return;
+        }
     }
     account(p, now);
     p.bytes_w += static_cast<double>(bytes);
@@ -144,22 +157,18 @@ std::array<double, kMaxPaths> Striper::rates(uint64_t now) const noexcept
     return r;
 }
 
-bool Striper::has_room(int slot, uint64_t now) const noexcept
+uint64_t Striper::room_limit(int slot) const noexcept
 {
     const PathState &p = paths_[static_cast<size_t>(slot)];
     // The port's bound of about four pieces, divided among the striped paths carrying on it
-    // (two pieces each up to two paths, never below half a piece) ...
-    uint64_t limit = 2 * piece_;
+    // (two pieces each up to two paths, never below half a piece).
     const int n = p.dev >= 0 ? ports_->carriers(p.dev) : 0;
-    if (n > 2) limit = std::max<uint64_t>(piece_ / 2, 4 * piece_ / static_cast<uint64_t>(n));
-    // ... or what the path carries in kHorizonNs, where that is more (a fast port).
-    const double horizon = rate(slot, now) * static_cast<double>(kHorizonNs) / 1e9;
-    limit = std::max<uint64_t>(limit, static_cast<uint64_t>(horizon));
-    return p.out < limit;
+    if (n <= 2) return 2 * piece_;
+    return std::max<uint64_t>(piece_ / 2, 4 * piece_ / static_cast<uint64_t>(n));
 }
 
 Striper::Pick Striper::next(uint64_t msg_left, uint64_t remaining,
-                            const std::array<bool, kMaxPaths> &can_post, int prefer,
+                            const std::array<bool, kMaxPaths> &room, int prefer,
                             uint64_t now) noexcept
 {
     const std::array<double, kMaxPaths> r = rates(now);
@@ -187,12 +196,6 @@ Striper::Pick Striper::next(uint64_t msg_left, uint64_t remaining,
     }
     if (n == 0) return {};
     sort_by(order, n, finish);
-    // Ties, and leads of less than a minimum piece at the leader's rate, go to the preferred
-    // path (small messages keep to one path; a slow preferred path is not favoured).
-    const auto end = order.begin() + static_cast<long>(n);
-    if (const auto pref = std::find(order.begin(), end, static_cast<size_t>(prefer));
-        pref != end && finish[*pref] <= finish[order[0]] + static_cast<double>(min_piece_) / r[order[0]])
-        std::rotate(order.begin(), pref, pref + 1); // to the front, the others in order
     // The fluid finish time of everything remaining: water-filling over the drain times.
     double t_all = 0;
     {
@@ -208,24 +211,36 @@ Striper::Pick Striper::next(uint64_t msg_left, uint64_t remaining,
             if (k + 1 == n || t_all <= drain[by_drain[k + 1]]) break;
         }
     }
+    const size_t best = order[0]; // finishes a whole piece first
+    double fastest = 0;
+    for (size_t k = 0; k < n; ++k) fastest = std::max(fastest, r[order[k]]);
+    // Greedy in the preferred path's favour: it first, then the others by finish time.
+    const auto end = order.begin() + static_cast<long>(n);
+    if (const auto pref = std::find(order.begin(), end, static_cast<size_t>(prefer)); pref != end)
+        std::rotate(order.begin(), pref, pref + 1); // to the front, the others in order
     for (size_t k = 0; k < n; ++k) {
         const size_t i = order[k];
         PathState &p = paths_[i];
-        if (!can_post[i] || !has_room(static_cast<int>(i), now)) continue;
-        if (k == 0) return {static_cast<int>(i), whole}; // it finishes a piece first
-        // Another path: three quarters of its fluid share only, when worth a piece (or,
-        // after kReprobeNs without one, whatever that is, to measure it again). Too little
-        // costs the faster paths the rest at their rate; too much costs the step the excess
-        // at this path's, several times more: rates and outstanding bytes are estimates (a
-        // landing is learned a while after it happened), so the share is taken short.
+        if (!room[i]) continue;
+        // The path that finishes it first, and any path about as fast as the fastest, take
+        // whole pieces while they have room: each drains at its own pace, kept full (a path
+        // fed less than its room runs latency-bound and would measure slower than it is).
+        if (i == best || r[i] >= kSlowRatio * fastest) return {static_cast<int>(i), whole};
+        // A clearly slower path: three quarters of its fluid share only, when worth a piece
+        // (or, after kReprobeNs without one, whatever that is, to measure it again). Too
+        // little costs the faster paths the rest at their rate; too much costs the step the
+        // excess at this path's, several times more: rates and outstanding bytes are
+        // estimates (a landing is learned a while after it happened), so the share is short.
         const double share = (r[i] * t_all - out[i]) * 0.75;
         if (share <= 0) continue;
         uint64_t len = whole;
         if (share < static_cast<double>(whole)) len = static_cast<uint64_t>(share) / align_ * align_;
         const bool reprobe = p.out == 0 && since(now, p.last_post_ns) >= kReprobeNs;
-        const uint64_t floor = std::min(reprobe ? align_ : min_piece_, whole);
-        if (len < floor || len == 0) continue;
-        p.reprobing = reprobe && len < min_piece_;
+        // A reprobe takes at least a minimum piece: one much smaller would measure the
+        // path's latency, not its rate.
+        if (reprobe) len = std::max(len, std::min(min_piece_, whole));
+        if (len < std::min(min_piece_, whole) || len == 0) continue;
+        p.reprobing = reprobe;
         return {static_cast<int>(i), len};
     }
     return {};

@@ -52,38 +52,43 @@ private:
  * half-life of kHalfLifeNs of that busy time, so a port that slows is followed within a few
  * pieces; the busy span since the last landing counts too, so a path that stops delivering
  * looks slower at once, not at its next landing. Idle time counts for nothing. A path never
- * measured takes the fastest measured rate (or, none measured, all are equal).
+ * measured takes the fastest measured rate (or, none measured, all are equal), at most what
+ * it holds over the time it has waited.
  *
  * Finish time of path i for a piece of n bytes: (outstanding_i + n) / rate_i, where
  * outstanding_i is less what the path delivered at its rate since its last landing was
  * learned (landings are learned in lumps and late: a path that just finished must not look
- * loaded). The fluid
- * share of path i: the bytes it would carry if the `remaining` bytes were poured over the
- * paths so that all finish together (water-filling over outstanding_i / rate_i): what it can
- * deliver before the others could deliver everything.
+ * loaded). The fluid share of path i: the bytes it would carry if the `remaining` bytes were
+ * poured over the paths so that all finish together (water-filling over outstanding_i /
+ * rate_i): what it can deliver before the others could deliver everything.
  *
- * The next piece goes to the carrying path with room that finishes it first (a tie, or a
- * lead of less than a minimum piece at the leader's rate, goes to `prefer`, the active path:
- * small messages keep to one path); it takes a whole piece: piece_bytes, or the message's
- * rest, or, for a message larger than a piece, an eighth of what remains where that is less
- * (down to a minimum piece), so the end of what is bound is fine enough to share out. Another path with room takes a piece only as large as three quarters of its fluid
- * share, and only when that is at least a minimum piece (a quarter of piece_bytes: 64 KiB by
- * default): a path never takes bytes it would deliver after the faster ones could have
+ * Placement, in order: `prefer` (the active path, so small messages keep to one path), then
+ * the others by finish time. The path that finishes the piece first, and every path at
+ * least kSlowRatio as fast as the fastest, takes a whole piece while it has room: healthy
+ * paths are kept full and drain at their own pace (a path fed less than its room runs
+ * latency-bound, measures slower than it is, and would be fed less still). A whole piece is
+ * piece_bytes, or the message's rest, or, for a message larger than a piece, an eighth of
+ * what remains where that is less (down to a minimum piece, a quarter of piece_bytes: 64 KiB
+ * by default), so the end of what is bound is fine enough to share out. A clearly slower
+ * path takes only three quarters of its fluid share, and only when that is at least a
+ * minimum piece: it never takes bytes it would deliver after the faster ones could have
  * delivered all of them, even where the estimates are somewhat off (too little costs the
- * faster paths the rest at their rate, too much costs the excess at the slow path's).
- * Near the end of what is bound (a ring step's last pieces) the slow path therefore takes
- * nothing, and a degraded port is never waited for longer than a dead one would cost; in a
- * stream (`remaining` large) every path keeps taking pieces at its own pace. A path that got
- * no piece for kReprobeNs and has nothing outstanding takes its share however small (down to
- * 4 KiB), and its rate is measured afresh from that piece alone: a port that healed is
- * found at no expected cost (the share finishes with the others), one that did not keeps
- * its rate.
+ * faster paths the rest at their rate, too much costs the excess at the slow path's). Near
+ * the end of what is bound (a ring step's last pieces) a degraded port therefore takes
+ * nothing, and is never waited for longer than a dead one would cost; in a stream
+ * (`remaining` large) it takes pieces at its own pace. A path that got no piece for
+ * kReprobeNs and has nothing outstanding takes a minimum piece (or its share, if larger)
+ * and measures it alone: its time holds the path's latency as well, so the rate it shows is
+ * a lower bound. Above the estimate, the estimate starts afresh from it (a port that healed
+ * is found at the cost of one minimum piece); not above, the estimate learned under load
+ * stays (a probe of a slow port would make it look slower still, and starve it of the
+ * traffic that measures it and that the detector judges it by).
  *
- * Room. A path takes a piece only while its own queue has room (SendPath::can_post) and its
- * outstanding bytes are below its bound: max(kHorizonNs of its rate, the port's share of four
- * pieces: two each up to two carrying paths on the device, 4 x piece / n beyond, never below
- * half a piece). The bound is the port's, not the connection's, so a slow port holds about
- * as much whatever the number of connections (NCCL's channels) striping over it.
+ * Room. The caller says which paths have room: a path's own queue has room and it holds less
+ * than room_limit() bytes not yet on the wire (SendPath::can_post). The limit is the port's
+ * bound of four pieces divided over the connections carrying on it (two pieces each up to
+ * two paths, 4 x piece / n beyond, never below half a piece), so a slow port holds about as
+ * much whatever the number of connections (NCCL's channels) striping over it.
  *
  * Not thread-safe: used under its comm's lock. Memory: a few words per path; no allocation.
  */
@@ -92,9 +97,9 @@ class Striper
 public:
     /// Half-life of a path's rate estimate, ns of busy time.
     static constexpr uint64_t kHalfLifeNs = 20'000'000;
-    /// A path may have this much of its rate outstanding, ns (and the port's share of four
-    /// pieces at least).
-    static constexpr uint64_t kHorizonNs = 1'000'000;
+    /// A path at least this fraction as fast as the fastest takes whole pieces while it has
+    /// room; a slower one only what it delivers in time.
+    static constexpr double kSlowRatio = 0.8;
     /// A carrying path left without pieces this long takes one again, ns.
     static constexpr uint64_t kReprobeNs = 500'000'000;
 
@@ -125,17 +130,17 @@ public:
         uint64_t len = 0;
     };
     /// For a message whose unposted rest is `msg_left` bytes, of `remaining` bytes bound and
-    /// not yet posted in this generation (msg_left <= remaining). `can_post[i]`: path i's own
-    /// queue has room (SendPath::can_post). `prefer`: the active path.
-    Pick next(uint64_t msg_left, uint64_t remaining, const std::array<bool, kMaxPaths> &can_post,
+    /// not yet posted in this generation (msg_left <= remaining). `room[i]`: path i takes a
+    /// piece now (SendPath::can_post(room_limit(i))). `prefer`: the active path.
+    Pick next(uint64_t msg_left, uint64_t remaining, const std::array<bool, kMaxPaths> &room,
               int prefer, uint64_t now) noexcept;
 
     /// Path `slot`'s rate estimate at `now`, bytes/s; 0 before its first landing.
     double rate(int slot, uint64_t now) const noexcept;
     /// Bytes posted to path `slot` and not yet landed.
     uint64_t outstanding(int slot) const noexcept { return paths_[static_cast<size_t>(slot)].out; }
-    /// Path `slot` may take another piece (the room rule above, its own queue aside).
-    bool has_room(int slot, uint64_t now) const noexcept;
+    /// Bytes path `slot` may hold not yet on the wire (the room rule above).
+    uint64_t room_limit(int slot) const noexcept;
 
 private:
     struct PathState {
@@ -146,7 +151,7 @@ private:
         double bytes_w = 0;   // decayed sums: bytes landed ...
         double busy_w = 0;    // ... over busy ns
         uint64_t last_post_ns = 0;
-        bool reprobing = false; // its next landing replaces the sums (a reprobe piece's)
+        bool reprobing = false; // its next landing is a reprobe piece's (on_landed)
     };
     /// Adds the busy time up to `now` to path `p`'s sums (decaying them).
     static void account(PathState &p, uint64_t now) noexcept;

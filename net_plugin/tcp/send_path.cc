@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -98,14 +100,38 @@ uint64_t TcpSendPath::oldest_referenced() const
     return oldest;
 }
 
-bool TcpSendPath::can_post() const
+bool TcpSendPath::can_post(uint64_t limit) const
 {
     uint64_t lowest = end_idx_;
     for (const Stream &s : streams_) {
         Cursor c = s.cur;
         lowest = std::min(lowest, seek(s.index, &c) ? c.idx : end_idx_);
     }
-    return end_idx_ - lowest < kFifo;
+    if (end_idx_ - lowest >= kFifo) return false;
+    const uint64_t queued = backlog();
+    if (queued >= limit) return false;
+    if (!unsent_fresh_) { // what the sockets hold unsent: one system call a stream, once a pass
+        unsent_ = 0;
+        for (const Stream &s : streams_) {
+            int n = 0;
+            if (ioctl(s.fd.get(), SIOCOUTQNSD, &n) == 0 && n > 0) unsent_ += static_cast<uint64_t>(n);
+        }
+        unsent_fresh_ = true;
+    }
+    return queued + unsent_ < limit;
+}
+
+uint64_t TcpSendPath::backlog() const
+{
+    // Few pieces: the core posts only while this stays small.
+    uint64_t lowest = end_idx_;
+    for (const Stream &s : streams_) {
+        Cursor c = s.cur;
+        if (seek(s.index, &c)) lowest = std::min(lowest, c.idx);
+    }
+    uint64_t bytes = 0;
+    for (uint64_t i = lowest; i < end_idx_; ++i) bytes += fifo_[i % kFifo].m.length;
+    return bytes;
 }
 
 void TcpSendPath::skip_to(uint64_t seq)
@@ -399,6 +425,7 @@ bool TcpSendPath::on_back(const BackHeader &h, const uint8_t *msg, SendSink &sin
 PathStatus TcpSendPath::progress(SendSink &sink)
 {
     PathStatus st;
+    unsent_fresh_ = false; // the sockets' queues move now
     for (Stream &s : streams_)
         if (pump(s, &st) != 0) return st;
     ack_rx_ns_ = 0;

@@ -51,7 +51,7 @@ public:
     uint64_t oldest_referenced() const override;
     void skip_to(uint64_t seq) override;
     bool stripes() const override { return true; }
-    bool can_post() const override;
+    bool can_post(uint64_t limit) const override;
     PathStatus progress(SendSink &sink) override;
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
@@ -93,6 +93,8 @@ private:
         Tail tail;
     };
 
+    /// Payload of the chunks no stream has started, over the pieces some stream still sends.
+    uint64_t backlog() const;
     /// Moves `c` to the stream's next frame at or after it; false when none is posted.
     bool seek(uint32_t stream, Cursor *c) const;
     void frame(const Cursor &c, FrameHeader *h, const uint8_t **payload) const;
@@ -133,6 +135,10 @@ private:
     uint64_t back_rx_ns_ = 0;
     uint64_t ack_rx_ns_ = 0;
     uint64_t last_pass_ns_;
+    // Unsent bytes in the streams' socket buffers (SIOCOUTQNSD), read by can_post() at most
+    // once between two progress() calls.
+    mutable uint64_t unsent_ = 0;
+    mutable bool unsent_fresh_ = false;
 };
 
 /// Receiving half. Not thread-safe: used under the owning RecvComm's lock.

@@ -35,6 +35,7 @@ void VerbsSendPath::begin(uint64_t first_seq, uint32_t gen, int abandoned, uint6
 {
     gen_ = gen;
     queue_.clear(); // the core posts every unacknowledged message again
+    queued_bytes_ = 0;
     awaiting_holding_ = true;
     notice_ = Ctl{};
     notice_.kind = Ctl::kGeneration;
@@ -58,6 +59,7 @@ void VerbsSendPath::send_notice()
 void VerbsSendPath::post(const OutMessage &m)
 {
     queue_.push_back(m);
+    queued_bytes_ += m.length;
 }
 
 bool VerbsSendPath::idle() const
@@ -227,6 +229,7 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     flight_[r * kSendDepth + fl_tail_[r]++ % kSendDepth] =
         Flight{m.seq, static_cast<uint32_t>(m.length), gen_, static_cast<uint8_t>(wrs), !whole};
     ++in_flight_n_;
+    flight_bytes_ += m.length;
     return true;
 }
 
@@ -239,6 +242,7 @@ void VerbsSendPath::on_done(int qi, SendSink &sink)
     // completes its signaled work requests in order: it is the ring's head.
     const Flight f = flight_[r * kSendDepth + fl_head_[r]++ % kSendDepth];
     --in_flight_n_;
+    flight_bytes_ -= f.len;
     eng_.sq_used(qi) -= f.wrs;
     // RC: the receiver's memory holds what the write carried.
     if (f.piece)
@@ -266,8 +270,12 @@ void VerbsSendPath::on_control(const Ctl &h, const uint8_t *p, size_t len, SendS
         // Never write a message the receiver holds: its buffer may be NCCL's again.
         std::deque<OutMessage> keep;
         for (const OutMessage &m : queue_) {
-            if (hold.has(m.seq)) sink.held(m.seq);
-            else keep.push_back(m);
+            if (hold.has(m.seq)) {
+                sink.held(m.seq);
+                queued_bytes_ -= m.length;
+            } else {
+                keep.push_back(m);
+            }
         }
         queue_.swap(keep);
         awaiting_holding_ = false;
@@ -330,6 +338,7 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
                 }
                 break; // no room on the QP: after completions
             }
+            queued_bytes_ -= queue_.front().length;
             queue_.pop_front();
         }
     }

@@ -50,8 +50,13 @@ public:
     void sabotage() override;
     uint64_t oldest_referenced() const override;
     bool stripes() const override { return true; }
-    /// Room for another piece: fewer than kMaxInflight queued.
-    bool can_post() const override { return queue_.size() < kMaxInflight; }
+    /// Room for another piece: fewer than kMaxInflight queued, and less than `limit` payload
+    /// bytes queued or on the QPs with writes not completed (what the port has not yet
+    /// delivered). No system call.
+    bool can_post(uint64_t limit) const override
+    {
+        return queue_.size() < kMaxInflight && queued_bytes_ + flight_bytes_ < limit;
+    }
     PathStatus progress(SendSink &sink) override;
     void rearm(bool arm) override { eng_.qps().rearm(arm); }
     int fd(size_t) const override { return qps_fd_; }
@@ -89,12 +94,14 @@ private:
     int nqps_;
     uint32_t gen_ = 1;
     std::deque<OutMessage> queue_;            // posted, not yet on a QP
+    uint64_t queued_bytes_ = 0;               // their payload bytes
     // Per QP, a ring of kSendDepth flights in posting order (a QP completes its signaled
     // work requests in order): QP i's are flight_[i * kSendDepth + (k % kSendDepth)] for k in
     // [fl_head_[i], fl_tail_[i]). Within a generation seqs increase along each ring.
     std::vector<Flight> flight_;
     std::array<uint32_t, kMaxQps> fl_head_{}, fl_tail_{};
     uint32_t in_flight_n_ = 0;
+    uint64_t flight_bytes_ = 0; // payload bytes of the flights
     bool awaiting_holding_ = false; // after begin(): the receiver's answer comes first
     bool notice_held_ = false;      // begin()'s notice waits for the old generation's flights
     Ctl notice_;

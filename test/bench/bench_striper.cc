@@ -93,13 +93,13 @@ private:
             switch (policy_) {
             case Policy::kQueue:
                 for (int i = 0; i < 2 && to < 0; ++i)
-                    if (s_.outstanding(i) < 2 * kPiece) to = i;
+                    if (room(i)) to = i;
                 break;
             case Policy::kStandby:
-                if (s_.outstanding(1) < 2 * kPiece) to = 1;
+                if (room(1)) to = 1;
                 break;
             default: {
-                const vn::Striper::Pick p = s_.next(left, left, {true, true}, 0, now_);
+                const vn::Striper::Pick p = s_.next(left, left, {room(0), room(1)}, 0, now_);
                 to = p.slot;
                 len = p.len;
             }
@@ -109,6 +109,13 @@ private:
             left -= len;
         }
         return left;
+    }
+    // Path i holds less than its room limit undelivered.
+    bool room(int i) const
+    {
+        double held = 0;
+        for (const Piece &p : q_[static_cast<size_t>(i)]) held += p.left;
+        return held < static_cast<double>(s_.room_limit(i));
     }
     void add(int path, uint64_t id, uint64_t len)
     {

@@ -325,6 +325,13 @@ public:
         write(0, std::move(f));
     }
     bool stripes() const override { return l_.stripes; }
+    // What waits in the outbox is not yet on the wire (a stuck lane's queue grows).
+    bool can_post(uint64_t limit) const override
+    {
+        uint64_t n = 0;
+        for (const auto &e : l_.outbox) n += e.second.bytes.size();
+        return n < limit;
+    }
     void post(const vn::OutMessage &m) override
     {
         if (l_.stripes && l_.rdma) { // a piece, one frame: lands when it leaves the outbox

@@ -159,10 +159,11 @@ TEST_CASE("multipath: the shared path fails mid-message: a new generation on the
     n.primary().stuck = false;
     t.run();
     CHECK(n.recv->generation() == 2);
-    // Generation 2 is the primary's alone, and carries both messages whole; over RDMA not the
-    // second, whose pieces had all landed on the shared path (the sender saw each write
-    // complete, and never replays into a buffer the receiver may have handed back).
-    CHECK(piece_bytes(n.primary(), 2) == (rdma ? 10000u : 13000u));
+    // Generation 2 is the primary's alone, and carries the first message whole, not the
+    // second, whose pieces had all landed on the shared path: the sender learned it (over
+    // RDMA each write completing, over TCP the receiver's landed report) and never replays
+    // into a buffer the receiver may have handed back.
+    CHECK(piece_bytes(n.primary(), 2) == 10000u);
     t.check_spent();
 
     // The connection goes on over the primary.
@@ -248,11 +249,12 @@ TEST_CASE("multipath over RDMA: a message's pieces land over both paths and comp
     CHECK(n.send->stats().generation == 1);
     t.check_spent();
 
-    // Small messages still go whole, on the active path.
+    // Small messages still go whole, on one path (the one the Striper finds faster: the
+    // primary held its pieces for a while).
     t.recv({8}, {2}, {1});
     t.send(8, 2);
     t.run();
-    CHECK(n.primary().wholes == 1);
+    CHECK(n.primary().wholes + n.backup().wholes == 1);
     t.check_spent();
 }
 

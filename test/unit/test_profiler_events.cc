@@ -37,16 +37,20 @@ public:
     void post(const vn::OutMessage &m) override
     {
         next_ = std::max(next_, m.seq + 1);
+        queued_ += m.length;
     }
-    /// With `stripes`: takes pieces.
+    /// With `stripes`: takes pieces; what was posted waits, not yet on the wire, until the
+    /// next progress.
     bool stripes_ = false;
     bool stripes() const override { return stripes_; }
+    bool can_post(uint64_t limit) const override { return queued_ < limit; }
     bool idle() const override { return true; }
     void probe() override {}
     void goodbye() override {}
     void sabotage() override {}
     vn::PathStatus progress(vn::SendSink &sink) override
     {
+        queued_ = 0;
         sink.acked(next_);
         for (; groups_ < next_ + 2; ++groups_) {
             vn::CtsGroup g;
@@ -66,6 +70,7 @@ private:
     vn::PathIdentity id_;
     uint64_t next_ = 0;
     uint64_t groups_ = 0;
+    uint64_t queued_ = 0;
 };
 
 struct Call {
