@@ -104,7 +104,7 @@ metrics)
     done
     python3 "$HERE/../fault/prom_check.py" "$port" +vigil_coll_total +vigil_coll_bytes_total \
         +vigil_coll_seconds_total vigil_coll_busbw_bytes +vigil_profiler_events_total \
-        vigil_profiler_events_dropped_total +vigil_path_bytes_total || { kill "$exp"; fail "bad exposition"; }
+        vigil_profiler_events_dropped_total +vigil_port_bytes_total || { kill "$exp"; fail "bad exposition"; }
     curl_out=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode())' "$port")
     kill "$exp" 2>/dev/null || true
     wait "$job" || fail "the job failed"
