@@ -6,9 +6,9 @@
 #
 #   usage: scripts/test.sh [PHASE...]   (default: every phase, in this order)
 #     default   ./build (the developers' build, -Dwerror=true): unit, functional, lab, fault,
-#               telemetry and soak suites (and the verbs suite, which skips outside the RDMA
-#               lab, unless the rxe phase runs too). Lab tests need root (network
-#               namespaces); without it they skip (exit 77).
+#               telemetry, soak and ops (a real Prometheus) suites (and the verbs suite, which
+#               skips outside the RDMA lab, unless the rxe phase runs too). Lab tests need root
+#               (network namespaces); without it they skip (exit 77).
 #     release   ./build-release (-Dbuildtype=release -Dwerror=true, what users build): compiles
 #               warning-free and its installed tree passes the install-tree test.
 #     sanitize  scripts/sanitize.sh: build-asan (ASan + UBSan) unit and functional suites,
