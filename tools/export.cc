@@ -19,6 +19,7 @@
 #include <httplib.h>
 
 #include "cli.h"
+#include "prom_text.h"
 #include "registry_read.h"
 #include "telemetry/health.h"
 #include "telemetry/prof_metrics.h"
@@ -92,7 +93,7 @@ public:
         for (const auto &[k, val] : labels) {
             if (val.empty()) continue;
             b += sep;
-            b += k + "=\"" + escape(val) + "\"";
+            b += k + "=\"" + prom_label_value(val) + "\"";
             sep = ',';
         }
         if (sep == ',') b += '}';
@@ -111,19 +112,6 @@ public:
     }
 
 private:
-    static std::string escape(std::string_view s)
-    {
-        std::string out;
-        for (char c : s) {
-            if (c == '\\' || c == '"') out += '\\';
-            if (c == '\n') {
-                out += "\\n";
-                continue;
-            }
-            out += c;
-        }
-        return out;
-    }
     std::map<std::string, std::string> body_;
 };
 

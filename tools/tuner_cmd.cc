@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "prom_text.h"
 #include "policy.h"
 #include "rules.h"
 #include "telemetry/health.h"
@@ -336,20 +337,6 @@ const char *state_text(uint8_t s)
     }
 }
 
-std::string label(const std::string &s)
-{
-    std::string out;
-    for (char c : s) {
-        if (c == '\\' || c == '"') out += '\\';
-        if (c == '\n') {
-            out += "\\n";
-            continue;
-        }
-        out += c;
-    }
-    return out;
-}
-
 } // namespace
 
 int tuner_command_to(int argc, char **argv, FILE *out, FILE *err)
@@ -427,13 +414,13 @@ std::string tuner_metrics_text(bool all_users, const RankOf &rank_of, TunerScrap
             char comm[24];
             std::snprintf(comm, sizeof(comm), "%016llx", static_cast<unsigned long long>(c.comm));
             const std::string l = "pid=\"" + std::to_string(p.pid) + "\"" +
-                                  (rank.empty() ? "" : ",rank=\"" + label(rank) + "\"") + ",comm=\"" + comm + "\"";
+                                  (rank.empty() ? "" : ",rank=\"" + prom_label_value(rank) + "\"") + ",comm=\"" + comm + "\"";
             auto put = [&](size_t f, const std::string &labels, double v) {
                 char num[64];
                 std::snprintf(num, sizeof(num), "%.17g", v);
                 fams[f].body += std::string(fams[f].name) + "{" + labels + "} " + num + "\n";
             };
-            put(0, l + (c.source.empty() ? "" : ",source=\"" + label(c.source) + "\""), c.state);
+            put(0, l + (c.source.empty() ? "" : ",source=\"" + prom_label_value(c.source) + "\""), c.state);
             put(1, l, c.permille / 1000.0);
             put(2, l, static_cast<double>(c.block));
             put(3, l, static_cast<double>(c.view_changes));
