@@ -47,38 +47,59 @@ constexpr Family kFamilies[] = {
     {"vigil_exporter_scrape_errors_total", "counter",
      "Segments found that could not be read (a layout of another build, or unreadable)."},
     {"vigil_exporter_segments", "gauge", "Segments read in this scrape, per kind."},
-    {"vigil_exporter_segments_removed_total", "counter", "Segments of dead processes removed, per kind."},
+    {"vigil_exporter_segments_removed_total", "counter",
+     "Segments of dead processes removed, per kind."},
     {"vigil_exporter_scrape_duration_seconds", "gauge", "Time the previous scrape took."},
     {"vigil_connections_without_path", "gauge",
-     "Connections (send or receive halves) whose every path is dead: their requests fail after VIGIL_FATAL_TIMEOUT_MS."},
+     "Connections (send or receive halves) whose every path is dead: their requests fail after "
+     "VIGIL_FATAL_TIMEOUT_MS."},
     {"vigil_port_bytes_total", "counter", "Bytes the port's paths completed."},
-    {"vigil_port_failovers_total", "counter", "Paths on the port lost to a failure (traffic moved to another path)."},
-    {"vigil_port_failbacks_total", "counter", "Times traffic moved back to a rebuilt primary path on the port."},
+    {"vigil_port_failovers_total", "counter",
+     "Paths on the port lost to a failure (traffic moved to another path)."},
+    {"vigil_port_failbacks_total", "counter",
+     "Times traffic moved back to a rebuilt primary path on the port."},
     {"vigil_port_degraded_total", "counter", "Degraded verdicts on the port's paths."},
     {"vigil_port_windows_dropped_total", "counter",
      "Telemetry windows of the port's paths dropped because the ring's consumer fell behind."},
-    {"vigil_port_retransmits_total", "counter", "The port's requests sent again (RDMA hardware counter)."},
-    {"vigil_port_seq_errors_total", "counter", "Sequence-error NAKs the port received (RDMA hardware counter)."},
-    {"vigil_port_out_of_sequence_total", "counter", "Packets the port received out of sequence (RDMA hardware counter)."},
-    {"vigil_port_retry_exceeded_total", "counter", "The port's requests that exhausted their retries (RDMA hardware counter)."},
-    {"vigil_path_connections", "gauge", "Connections whose path in this group is in the state of the label."},
+    {"vigil_port_retransmits_total", "counter",
+     "The port's requests sent again (RDMA hardware counter)."},
+    {"vigil_port_seq_errors_total", "counter",
+     "Sequence-error NAKs the port received (RDMA hardware counter)."},
+    {"vigil_port_out_of_sequence_total", "counter",
+     "Packets the port received out of sequence (RDMA hardware counter)."},
+    {"vigil_port_retry_exceeded_total", "counter",
+     "The port's requests that exhausted their retries (RDMA hardware counter)."},
+    {"vigil_path_connections", "gauge",
+     "Connections whose path in this group is in the state of the label."},
     {"vigil_path_degraded", "gauge", "Paths of the group the degraded-path detector flags now."},
-    {"vigil_path_rate_bytes", "gauge", "Bytes/s the group carried over its newest windows (up to 1 s)."},
-    {"vigil_path_busy_bandwidth_bytes", "gauge", "Bytes/s over busy time in the group's newest windows."},
+    {"vigil_path_rate_bytes", "gauge",
+     "Bytes/s the group carried over its newest windows (up to 1 s)."},
+    {"vigil_path_busy_bandwidth_bytes", "gauge",
+     "Bytes/s over busy time in the group's newest windows."},
     {"vigil_path_baseline_bandwidth_bytes", "gauge",
-     "Busy-time bandwidth the detector learned as normal, bytes/s (mean over the group's paths that have one)."},
+     "Busy-time bandwidth the detector learned as normal, bytes/s (mean over the group's paths "
+     "that have one)."},
     {"vigil_path_share", "gauge",
-     "Fraction of its connections' bytes (same direction) the group carried over the newest windows."},
-    {"vigil_path_latency_p50_seconds", "gauge", "Worst window's median completion latency in the group's newest windows."},
-    {"vigil_path_latency_p99_seconds", "gauge", "Worst window's p99 completion latency in the group's newest windows."},
-    {"vigil_path_peak_inflight_bytes", "gauge", "Peak bytes in flight in the group's newest windows."},
-    {"vigil_path_generation", "gauge", "Highest connection generation in the group (failovers and failbacks bump it)."},
+     "Fraction of its connections' bytes (same direction) the group carried over the newest "
+     "windows."},
+    {"vigil_path_latency_p50_seconds", "gauge",
+     "Worst window's median completion latency in the group's newest windows."},
+    {"vigil_path_latency_p99_seconds", "gauge",
+     "Worst window's p99 completion latency in the group's newest windows."},
+    {"vigil_path_peak_inflight_bytes", "gauge",
+     "Peak bytes in flight in the group's newest windows."},
+    {"vigil_path_generation", "gauge",
+     "Highest connection generation in the group (failovers and failbacks bump it)."},
     {"vigil_coll_total", "counter", "Collectives (and p2p operations) completed."},
-    {"vigil_coll_bytes_total", "counter", "Bytes of completed collectives, as nccl-tests counts them."},
-    {"vigil_coll_seconds_total", "counter", "Time from arrival to completion, summed over collectives."},
-    {"vigil_coll_busbw_bytes", "gauge", "Bus bandwidth of the last timed collective, bytes/s (nccl-tests factors)."},
+    {"vigil_coll_bytes_total", "counter",
+     "Bytes of completed collectives, as nccl-tests counts them."},
+    {"vigil_coll_seconds_total", "counter",
+     "Time from arrival to completion, summed over collectives."},
+    {"vigil_coll_busbw_bytes", "gauge",
+     "Bus bandwidth of the last timed collective, bytes/s (nccl-tests factors)."},
     {"vigil_profiler_events_total", "counter", "Profiler events recorded."},
-    {"vigil_profiler_events_dropped_total", "counter", "Profiler events dropped (pools, rings or file bounds)."},
+    {"vigil_profiler_events_dropped_total", "counter",
+     "Profiler events dropped (pools, rings or file bounds)."},
 };
 
 /// The samples of one scrape, grouped by family.
@@ -105,7 +126,8 @@ public:
     {
         std::string out;
         for (const Family &f : kFamilies) {
-            out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
+            out += std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " +
+                   f.type + "\n";
             if (auto it = body_.find(f.name); it != body_.end()) out += it->second;
         }
         return out;
@@ -115,7 +137,10 @@ private:
     std::map<std::string, std::string> body_;
 };
 
-std::string text(const char *s, size_t n) { return std::string(s, strnlen(s, n)); }
+std::string text(const char *s, size_t n)
+{
+    return std::string(s, strnlen(s, n));
+}
 
 /// NCCL's device name as node_exporter labels NICs: "eth0" is device eth0; an RDMA port
 /// "mlx5_0:1" is device mlx5_0, port 1 (node_exporter's infiniband collector).
@@ -136,7 +161,8 @@ std::string peer_address(const std::string &peer)
     const size_t colon = peer.rfind(':');
     if (colon == std::string::npos) return peer;
     const std::string host = peer.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') return host.substr(1, host.size() - 2);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+        return host.substr(1, host.size() - 2);
     return host.find(':') == std::string::npos ? host : peer;
 }
 
@@ -171,7 +197,7 @@ void paths(Exposition &x, const RegistryView &v, const Labels &proc)
 {
     const uint32_t n = v.entries();
     std::vector<Recent> rec(n);
-    std::map<std::pair<uint64_t, uint8_t>, uint64_t> conn_bytes;           // (conn, kind) -> bytes
+    std::map<std::pair<uint64_t, uint8_t>, uint64_t> conn_bytes;            // (conn, kind) -> bytes
     std::map<std::pair<uint64_t, uint8_t>, std::pair<int, int>> conn_alive; // -> (alive, paths)
     for (uint32_t i = 0; i < n; ++i) {
         const PathEntry &e = v.entry(i);
@@ -208,25 +234,31 @@ void paths(Exposition &x, const RegistryView &v, const Labels &proc)
         g.p50 = std::max(g.p50, r.p50);
         g.p99 = std::max(g.p99, r.p99);
         g.inflight = std::max(g.inflight, r.inflight);
-        g.generation = std::max<uint64_t>(g.generation, e.generation.load(std::memory_order_relaxed));
+        g.generation =
+            std::max<uint64_t>(g.generation, e.generation.load(std::memory_order_relaxed));
     }
     for (const auto &[key, g] : groups) {
         const auto &[kind, slot, dev, peer] = key;
         const Labels l = proc + device_labels(dev) +
-                         Labels{{"peer", peer}, {"kind", kind == 0 ? "send" : "recv"},
+                         Labels{{"peer", peer},
+                                {"kind", kind == 0 ? "send" : "recv"},
                                 {"slot", slot == 0 ? "primary" : "backup"}};
         for (int s = kActive; s <= kDead; ++s)
-            x.add("vigil_path_connections", l + Labels{{"state", state_name(s)}}, static_cast<double>(g.conns[s - kActive]));
+            x.add("vigil_path_connections", l + Labels{{"state", state_name(s)}},
+                  static_cast<double>(g.conns[s - kActive]));
         x.add("vigil_path_degraded", l, static_cast<double>(g.degraded));
         x.add("vigil_path_rate_bytes", l, g.rate);
         // Measures a fabric does not take (a receiver's busy time and latencies over TCP: its
         // windows count bytes only) are left out, not shown as 0.
         if (g.busy_ns > 0)
-            x.add("vigil_path_busy_bandwidth_bytes", l, static_cast<double>(g.bytes) * 1e9 / static_cast<double>(g.busy_ns));
-        if (g.baselines > 0) x.add("vigil_path_baseline_bandwidth_bytes", l, g.baseline_sum / g.baselines);
+            x.add("vigil_path_busy_bandwidth_bytes", l,
+                  static_cast<double>(g.bytes) * 1e9 / static_cast<double>(g.busy_ns));
+        if (g.baselines > 0)
+            x.add("vigil_path_baseline_bandwidth_bytes", l, g.baseline_sum / g.baselines);
         // Connections that moved nothing have no share: the series pauses rather than say 0.
         if (g.share_total > 0)
-            x.add("vigil_path_share", l, static_cast<double>(g.share_bytes) / static_cast<double>(g.share_total));
+            x.add("vigil_path_share", l,
+                  static_cast<double>(g.share_bytes) / static_cast<double>(g.share_total));
         if (g.p99 > 0) {
             x.add("vigil_path_latency_p50_seconds", l, static_cast<double>(g.p50) / 1e9);
             x.add("vigil_path_latency_p99_seconds", l, static_cast<double>(g.p99) / 1e9);
@@ -235,7 +267,8 @@ void paths(Exposition &x, const RegistryView &v, const Labels &proc)
         x.add("vigil_path_generation", l, static_cast<double>(g.generation));
     }
     int pathless = 0;
-    for (const auto &[conn, c] : conn_alive) pathless += c.first == 0;
+    for (const auto &[conn, c] : conn_alive)
+        pathless += c.first == 0;
     x.add("vigil_connections_without_path", proc, pathless);
 }
 
@@ -246,7 +279,9 @@ void ports(Exposition &x, const RegistryView &v, const Labels &proc)
         const DeviceTotals &t = h.devices[d];
         if (t.name[0] == '\0') continue;
         const Labels l = proc + device_labels(text(t.name, sizeof(t.name)));
-        auto get = [](const std::atomic<uint64_t> &a) { return static_cast<double>(a.load(std::memory_order_relaxed)); };
+        auto get = [](const std::atomic<uint64_t> &a) {
+            return static_cast<double>(a.load(std::memory_order_relaxed));
+        };
         for (int k = 0; k < 2; ++k) {
             const Labels lk = l + Labels{{"kind", k == 0 ? "send" : "recv"}};
             x.add("vigil_port_bytes_total", lk, get(t.bytes[k]));
@@ -279,11 +314,13 @@ void collectives(Exposition &x, const ProfView &v, const Labels &proc)
         const CommEntry &e = v.entry(i);
         if (e.in_use.load(std::memory_order_acquire) == 0) continue;
         char comm[24];
-        std::snprintf(comm, sizeof(comm), "0x%016llx", static_cast<unsigned long long>(e.comm_hash));
+        std::snprintf(comm, sizeof(comm), "0x%016llx",
+                      static_cast<unsigned long long>(e.comm_hash));
         for (int t = 0; t < static_cast<int>(CollType::kCount); ++t) {
             const CollCounters &c = e.types[t];
             if (c.count.load() == 0) continue;
-            const Labels l = proc + Labels{{"comm", comm}, {"comm_rank", std::to_string(e.rank)},
+            const Labels l = proc + Labels{{"comm", comm},
+                                           {"comm_rank", std::to_string(e.rank)},
                                            {"coll", coll_type_name(static_cast<CollType>(t))}};
             x.add("vigil_coll_total", l, static_cast<double>(c.count.load()));
             x.add("vigil_coll_bytes_total", l, static_cast<double>(c.bytes.load()));
@@ -303,14 +340,16 @@ std::string Exporter::scrape()
     uint64_t segments[kKinds] = {};
     auto refused = [&](const std::string &file, const std::string &why) {
         ++errors_;
-        if (warned_.insert(file).second) std::fprintf(stderr, "vigil export: skipping %s: %s\n", file.c_str(), why.c_str());
+        if (warned_.insert(file).second)
+            std::fprintf(stderr, "vigil export: skipping %s: %s\n", file.c_str(), why.c_str());
     };
 
     OpenStats st;
     RankMap ranks;
     const std::vector<Process> procs = open_all(opts_.all_users, &st, false);
     removed_[kRegistry] += static_cast<uint64_t>(st.removed);
-    for (const auto &[file, why] : st.refused) refused(file, why);
+    for (const auto &[file, why] : st.refused)
+        refused(file, why);
     for (const Process &p : procs) {
         const RegistryHeader &h = p.view->header();
         const std::string host = text(h.host, sizeof(h.host));
@@ -334,7 +373,8 @@ std::string Exporter::scrape()
         ++segments[kProfiler];
     }
 
-    removed_[kTuner] += static_cast<uint64_t>(reap_stale_segments(kTunerStatusStem, opts_.all_users));
+    removed_[kTuner] +=
+        static_cast<uint64_t>(reap_stale_segments(kTunerStatusStem, opts_.all_users));
     TunerScrape ts;
     const std::string tuner = tuner_metrics_text(
         opts_.all_users,
@@ -352,8 +392,10 @@ std::string Exporter::scrape()
     x.add("vigil_exporter_scrape_errors_total", {}, static_cast<double>(errors_));
     constexpr const char *kKindName[kKinds] = {"registry", "profiler", "tuner"};
     for (int k = 0; k < kKinds; ++k) {
-        x.add("vigil_exporter_segments", {{"kind", kKindName[k]}}, static_cast<double>(segments[k]));
-        x.add("vigil_exporter_segments_removed_total", {{"kind", kKindName[k]}}, static_cast<double>(removed_[k]));
+        x.add("vigil_exporter_segments", {{"kind", kKindName[k]}},
+              static_cast<double>(segments[k]));
+        x.add("vigil_exporter_segments_removed_total", {{"kind", kKindName[k]}},
+              static_cast<double>(removed_[k]));
     }
     x.add("vigil_exporter_scrape_duration_seconds", {}, last_duration_s_);
     last_duration_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -388,8 +430,10 @@ int export_command(int argc, char **argv)
             std::fputs(kExportUsage, stdout);
             return 0;
         }
-        if (a == "--all-users") o.all_users = true;
-        else if (a == "--once") once = true;
+        if (a == "--all-users")
+            o.all_users = true;
+        else if (a == "--once")
+            once = true;
         else if (a == "--listen") {
             if (i + 1 >= argc) return cli::usage_error(stderr, prog, a + " wants a value");
             const std::string v = argv[++i];
@@ -398,8 +442,10 @@ int export_command(int argc, char **argv)
             if (colon == std::string::npos || !cli::parse_int(v.substr(colon + 1), 0, 65535, &port))
                 return cli::usage_error(stderr, prog, "bad value '" + v + "' for " + a);
             listen = v;
-        } else if (a.starts_with("-")) return cli::unknown_option(stderr, prog, a);
-        else return cli::usage_error(stderr, prog, "unexpected argument '" + a + "'");
+        } else if (a.starts_with("-"))
+            return cli::unknown_option(stderr, prog, a);
+        else
+            return cli::usage_error(stderr, prog, "unexpected argument '" + a + "'");
     }
     Exporter exporter(o);
     if (once) {
@@ -408,7 +454,8 @@ int export_command(int argc, char **argv)
     }
     const size_t colon = listen.rfind(':');
     std::string host = listen.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
     if (host.empty()) host = "0.0.0.0";
     const int port = std::atoi(listen.c_str() + colon + 1);
     httplib::Server svr;
@@ -416,7 +463,8 @@ int export_command(int argc, char **argv)
         res.set_content(exporter.scrape(), "text/plain; version=0.0.4; charset=utf-8");
     });
     svr.Get("/", [](const httplib::Request &, httplib::Response &res) {
-        res.set_content("<html><body><a href=\"/metrics\">Vigil metrics</a></body></html>\n", "text/html");
+        res.set_content("<html><body><a href=\"/metrics\">Vigil metrics</a></body></html>\n",
+                        "text/html");
     });
     std::fprintf(stderr, "vigil export: serving http://%s:%d/metrics%s\n", host.c_str(), port,
                  o.all_users ? " (every user's processes)" : "");

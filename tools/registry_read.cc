@@ -68,7 +68,8 @@ Recent recent(const PathEntry &e, uint64_t span_ns)
     }
     if (r.busy_ns) r.bw = static_cast<double>(r.bytes) * 1e9 / static_cast<double>(r.busy_ns);
     // Over the time the windows read cover (the ring may hold less than the span).
-    if (r.windows && now > first) r.rate = static_cast<double>(r.bytes) * 1e9 / static_cast<double>(now - first);
+    if (r.windows && now > first)
+        r.rate = static_cast<double>(r.bytes) * 1e9 / static_cast<double>(now - first);
     return r;
 }
 

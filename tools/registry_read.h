@@ -36,15 +36,15 @@ const char *state_name(int state);
 
 /// A path's most recent windows summed over a span (recent()).
 struct Recent {
-    double bw = 0;          ///< bandwidth over busy time, bytes/s (0: never busy)
-    double rate = 0;        ///< bytes/s from the oldest window summed until now
-    uint64_t bytes = 0;     ///< bytes of the windows
-    uint64_t busy_ns = 0;   ///< busy time of the windows
-    uint64_t p50 = 0;       ///< worst window's median completion latency, ns
-    uint64_t p99 = 0;       ///< worst window's p99 completion latency, ns
-    uint64_t inflight = 0;  ///< peak bytes in flight
-    uint64_t baseline = 0;  ///< the newest window's baseline, bytes/s (0: none learned yet)
-    uint32_t windows = 0;   ///< windows summed
+    double bw = 0;         ///< bandwidth over busy time, bytes/s (0: never busy)
+    double rate = 0;       ///< bytes/s from the oldest window summed until now
+    uint64_t bytes = 0;    ///< bytes of the windows
+    uint64_t busy_ns = 0;  ///< busy time of the windows
+    uint64_t p50 = 0;      ///< worst window's median completion latency, ns
+    uint64_t p99 = 0;      ///< worst window's p99 completion latency, ns
+    uint64_t inflight = 0; ///< peak bytes in flight
+    uint64_t baseline = 0; ///< the newest window's baseline, bytes/s (0: none learned yet)
+    uint32_t windows = 0;  ///< windows summed
 };
 /// Sums the windows of `e` that ended within the last `span_ns` (CLOCK_MONOTONIC, which the
 /// plugin stamps windows with): a path that stopped moving reads 0. Reads the ring without

@@ -402,7 +402,8 @@ std::string tuner_metrics_text(bool all_users, const RankOf &rank_of, TunerScrap
         {"vigil_tuner_wait_seconds_total", "counter", "Time calls spent waiting for an unresolved view.", ""},
     };
     int refused = 0;
-    const std::vector<telemetry::TunerProcessStatus> procs = telemetry::read_tuner_status(all_users, &refused);
+    const std::vector<telemetry::TunerProcessStatus> procs =
+        telemetry::read_tuner_status(all_users, &refused);
     if (stats != nullptr) {
         stats->segments += static_cast<int>(procs.size());
         stats->refused += refused;
@@ -414,13 +415,16 @@ std::string tuner_metrics_text(bool all_users, const RankOf &rank_of, TunerScrap
             char comm[24];
             std::snprintf(comm, sizeof(comm), "%016llx", static_cast<unsigned long long>(c.comm));
             const std::string l = "pid=\"" + std::to_string(p.pid) + "\"" +
-                                  (rank.empty() ? "" : ",rank=\"" + prom_label_value(rank) + "\"") + ",comm=\"" + comm + "\"";
+                                  (rank.empty() ? "" : ",rank=\"" + prom_label_value(rank) + "\"") +
+                                  ",comm=\"" + comm + "\"";
             auto put = [&](size_t f, const std::string &labels, double v) {
                 char num[64];
                 std::snprintf(num, sizeof(num), "%.17g", v);
                 fams[f].body += std::string(fams[f].name) + "{" + labels + "} " + num + "\n";
             };
-            put(0, l + (c.source.empty() ? "" : ",source=\"" + prom_label_value(c.source) + "\""), c.state);
+            const std::string source =
+                c.source.empty() ? "" : ",source=\"" + prom_label_value(c.source) + "\"";
+            put(0, l + source, c.state);
             put(1, l, c.permille / 1000.0);
             put(2, l, static_cast<double>(c.block));
             put(3, l, static_cast<double>(c.view_changes));

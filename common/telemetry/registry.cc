@@ -55,7 +55,8 @@ namespace {
 
 bool digits(std::string_view s)
 {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // "<digits>-<16 hex>" after the prefix: only names open() creates. With `uid`, the prefix
@@ -68,7 +69,8 @@ bool segment_name(std::string_view rest, bool uid)
         rest.remove_prefix(dash + 1);
     }
     const size_t dash = rest.find('-');
-    if (dash == std::string_view::npos || !digits(rest.substr(0, dash)) || rest.size() - dash - 1 != 16)
+    if (dash == std::string_view::npos || !digits(rest.substr(0, dash)) ||
+        rest.size() - dash - 1 != 16)
         return false;
     return std::all_of(rest.begin() + static_cast<std::ptrdiff_t>(dash) + 1, rest.end(),
                        [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
@@ -85,14 +87,18 @@ std::vector<std::string> list_segments(const char *stem, bool all_users)
     if (d == nullptr) return out;
     while (dirent *e = readdir(d)) {
         const std::string name = e->d_name;
-        if (name.rfind(base, 0) == 0 && segment_name(std::string_view(name).substr(base.size()), all_users))
+        if (name.rfind(base, 0) == 0 &&
+            segment_name(std::string_view(name).substr(base.size()), all_users))
             out.push_back("/dev/shm/" + name);
     }
     closedir(d);
     return out;
 }
 
-std::vector<std::string> list_registries(bool all_users) { return list_segments(kRegistryStem, all_users); }
+std::vector<std::string> list_registries(bool all_users)
+{
+    return list_segments(kRegistryStem, all_users);
+}
 
 int reap_stale(bool all_users) { return reap_stale_segments(kRegistryStem, all_users); }
 
@@ -331,10 +337,11 @@ DeviceTotals *totals_of(const PathEntry &e) noexcept
 {
     const Registry &reg = Registry::instance();
     const PathEntry *first = reg.entry_at(0);
-    if (first == nullptr || &e < first || &e >= first + kMaxRegistryPaths || e.dev >= kMaxRegistryDevices)
+    if (first == nullptr || &e < first || &e >= first + kMaxRegistryPaths ||
+        e.dev >= kMaxRegistryDevices)
         return nullptr;
-    auto *h = reinterpret_cast<RegistryHeader *>(reinterpret_cast<char *>(const_cast<PathEntry *>(first)) -
-                                                 sizeof(RegistryHeader));
+    char *base = reinterpret_cast<char *>(const_cast<PathEntry *>(first)) - sizeof(RegistryHeader);
+    auto *h = reinterpret_cast<RegistryHeader *>(base);
     DeviceTotals &t = h->devices[e.dev];
     return t.name[0] != '\0' ? &t : nullptr;
 }
@@ -416,7 +423,8 @@ void RegistrySink::verdict(bool degraded, const WindowRecord &w) noexcept
 {
     if (degraded && e_ != nullptr) {
         e_->degraded_verdicts.fetch_add(1, std::memory_order_relaxed);
-        if (DeviceTotals *t = totals_of(*e_)) t->degraded[e_->kind & 1].fetch_add(1, std::memory_order_relaxed);
+        if (DeviceTotals *t = totals_of(*e_))
+            t->degraded[e_->kind & 1].fetch_add(1, std::memory_order_relaxed);
     }
     record_event(degraded ? EventType::kDegraded : EventType::kHealthy,
                  what_ + ": " + std::to_string(w.judged_bps / 1000000) + " MB/s, baseline " +

@@ -135,8 +135,9 @@ struct RegistryHeader {
                                         ///< older build)
     uint32_t reserved0;
     DeviceTotals devices[kMaxRegistryDevices];
-    uint8_t pad[4096 - 8 - 6 * 4 - 2 * 4 - 2 * 8 - 64 - 2 * 4 - kMaxRegistryPorts * sizeof(PortCounterEntry) -
-                2 * 4 - kMaxRegistryDevices * sizeof(DeviceTotals)];
+    uint8_t pad[4096 - 8 - 6 * 4 - 2 * 4 - 2 * 8 - 64 - 2 * 4 -
+                kMaxRegistryPorts * sizeof(PortCounterEntry) - 2 * 4 -
+                kMaxRegistryDevices * sizeof(DeviceTotals)];
 };
 static_assert(sizeof(RegistryHeader) == 4096);
 

@@ -34,8 +34,11 @@ Totals read_totals(const char *name)
     for (uint32_t d = 0; d < v.devices(); ++d) {
         const vt::DeviceTotals &t = v.header().devices[d];
         if (std::strcmp(t.name, name) != 0) continue;
-        return {{t.bytes[0].load(), t.bytes[1].load()}, {t.ops[0].load(), t.ops[1].load()}, t.failovers.load(),
-                t.failbacks.load(), {t.degraded[0].load(), t.degraded[1].load()}};
+        return {{t.bytes[0].load(), t.bytes[1].load()},
+                {t.ops[0].load(), t.ops[1].load()},
+                t.failovers.load(),
+                t.failbacks.load(),
+                {t.degraded[0].load(), t.degraded[1].load()}};
     }
     FAIL("no device totals named " << name);
     return {};
@@ -52,7 +55,8 @@ vt::WindowRecord window(uint64_t bytes)
 
 } // namespace
 
-TEST_CASE("registry: a device's totals keep growing while its path entries are replaced", "[telemetry]")
+TEST_CASE("registry: a device's totals keep growing while its path entries are replaced",
+          "[telemetry]")
 {
     vt::Registry &r = registry();
     // Device index 5 ("eth5"): send and receive paths of one connection, then the send path
@@ -106,7 +110,8 @@ TEST_CASE("registry: a device's totals keep growing while its path entries are r
     r.release(recv);
 }
 
-TEST_CASE("registry: launcher_rank takes the launcher's rank variables in order, numbers only", "[telemetry]")
+TEST_CASE("registry: launcher_rank takes the launcher's rank variables in order, numbers only",
+          "[telemetry]")
 {
     const char *vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
     std::vector<std::pair<std::string, std::string>> saved;
@@ -128,11 +133,14 @@ TEST_CASE("registry: launcher_rank takes the launcher's rank variables in order,
     }
     setenv("RANK", "2147483646", 1);
     CHECK(vt::launcher_rank() == 2147483646);
-    for (const char *v : vars) unsetenv(v);
-    for (const auto &[k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
+    for (const char *v : vars)
+        unsetenv(v);
+    for (const auto &[k, v] : saved)
+        setenv(k.c_str(), v.c_str(), 1);
 }
 
-TEST_CASE("registry: a node-wide reader lists and reaps every user's segments, and only segments", "[telemetry]")
+TEST_CASE("registry: a node-wide reader lists and reaps every user's segments, and only segments",
+          "[telemetry]")
 {
     vt::Registry &r = registry();
     const std::string other_uid = std::to_string(getuid() + 4242);
