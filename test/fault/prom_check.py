@@ -4,7 +4,8 @@
 promtool lint it when promtool is installed, and checks that each FAMILY given has a sample
 whose value sum is > 0 (name prefixed with '+') or that merely exists. A quick check for the
 lab tests that read the exporter; what a Prometheus server makes of it is test/ops/'s.
-Usage: prom_check.py PORT [+]FAMILY..."""
+Usage: prom_check.py [--save FILE] PORT [+]FAMILY...   (--save: the exposition checked, for
+further checks of the same scrape)"""
 import re
 import shutil
 import subprocess
@@ -12,7 +13,11 @@ import sys
 import time
 import urllib.request
 
-port, wanted = sys.argv[1], sys.argv[2:]
+args = sys.argv[1:]
+save = None
+if args[:1] == ["--save"]:
+    save, args = args[1], args[2:]
+port, wanted = args[0], args[1:]
 text = ""
 for _ in range(50):  # the exporter may still be starting
     try:
@@ -21,6 +26,8 @@ for _ in range(50):  # the exporter may still be starting
     except OSError:
         time.sleep(0.1)
 assert text, "no exposition"
+if save:
+    open(save, "w").write(text)
 name = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 label = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
 sample = re.compile(rf"^({name})(\{{{label}(,{label})*\}})? (-?[0-9.eE+-]+|NaN|[+-]Inf)$")

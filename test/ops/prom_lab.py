@@ -143,8 +143,8 @@ def phases(a):
     # Degraded: verdicts added on the cut port's send paths, the alert, the share following the
     # cut, and no failover.
     was_firing = firing(prom, "VigilPathDegraded", **send)
+    state["degraded"] = time.time()  # before the change: a scrape may see it at once
     netlab("degrade", str(a.host), str(a.port), a.cut_rate)
-    state["degraded"] = time.time()
     wait(f"a degraded verdict counted on {a.instance} {a.device}",
          lambda: prom.value(f'sum(vigil_port_degraded_total{{{sel(**send)}}})') > degraded_before, 180)
     alert = wait(f"VigilPathDegraded firing for {a.instance} {a.device}",
@@ -161,8 +161,8 @@ def phases(a):
         fail("a failover while the port was only degraded")
 
     # Failed: failovers counted on the port, the alert, its send share at 0, dead paths.
+    state["failed"] = time.time()  # before the change: a scrape may see it at once
     netlab("fail", str(a.host), str(a.port))
-    state["failed"] = time.time()
     wait(f"failovers counted on {a.instance} {a.device}",
          lambda: prom.value(f'sum(vigil_port_failovers_total{{{sel(**cut)}}})'), 120)
     alert = wait(f"VigilFailover firing for {a.instance} {a.device}", lambda: firing(prom, "VigilFailover", **cut), 120)
@@ -175,9 +175,9 @@ def phases(a):
     log("failed: the port's send share is 0")
 
     # Restored: failback counted, the share back.
+    state["restored"] = time.time()  # before the change: a scrape may see it at once
     netlab("restore", str(a.host), str(a.port))
     netlab("degrade", str(a.host), str(a.port), a.rate)
-    state["restored"] = time.time()
     wait(f"a failback counted on {a.instance} {a.device}",
          lambda: prom.value(f'sum(vigil_port_failbacks_total{{{sel(**cut)}}})'), 180)
     share_back = wait(f"the share of {a.instance} {a.device} back",
