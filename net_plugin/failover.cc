@@ -65,7 +65,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     if (d.tm) {
         d.tm->meter.on_error(t0);
         d.tm->meter.set_state(t0, telemetry::kDead, gen_);
-        if (d.tm->entry) d.tm->entry->failovers.fetch_add(1, std::memory_order_relaxed);
+        if (d.tm->entry) telemetry::count_failover(*d.tm->entry);
     }
     watch(*d.path, false);
     int next = -1;
@@ -253,6 +253,7 @@ void SendComm::failback_locked(uint64_t now) noexcept
     draining_ = false;
     const uint64_t bytes = switch_to_locked(kPrimary, -1, 0).bytes;
     ++stats_.failbacks;
+    if (pri.tm && pri.tm->entry) telemetry::count_failback(*pri.tm->entry);
     queue_event_locked(vigilNetProfFailback, kPrimary, bytes);
     telemetry::record_event(telemetry::EventType::kFailback,
                             pri.desc + ", generation " + std::to_string(gen_));

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(g++ meson ninja-build pkg-config catch2 libibverbs-dev iproute2 python3 iperf3 sockperf
       nlohmann-json3-dev libcpp-httplib-dev python3-matplotlib libbenchmark-dev
-      redis-server libhiredis-dev clang libclang-rt-14-dev llvm-14 stress-ng)
+      redis-server libhiredis-dev clang libclang-rt-14-dev llvm-14 stress-ng
+      prometheus python3-yaml debhelper dpkg-dev lintian)
 
 missing=()
 for p in "${PKGS[@]}"; do

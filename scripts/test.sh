@@ -6,11 +6,14 @@
 #
 #   usage: scripts/test.sh [PHASE...]   (default: every phase, in this order)
 #     default   ./build (the developers' build, -Dwerror=true): unit, functional, lab, fault,
-#               telemetry and soak suites (and the verbs suite, which skips outside the RDMA
-#               lab, unless the rxe phase runs too). Lab tests need root (network
-#               namespaces); without it they skip (exit 77).
+#               telemetry, soak and ops (a real Prometheus) suites (and the verbs suite, which
+#               skips outside the RDMA lab, unless the rxe phase runs too). Lab tests need root
+#               (network namespaces); without it they skip (exit 77).
 #     release   ./build-release (-Dbuildtype=release -Dwerror=true, what users build): compiles
 #               warning-free and its installed tree passes the install-tree test.
+#     package   the Debian package: built once with dpkg-buildpackage (tests off, -j2), lintian
+#               clean of errors, installed into an overlaid root and run in the lab
+#               (test/ops/package.sh; needs root).
 #     sanitize  scripts/sanitize.sh: build-asan (ASan + UBSan) unit and functional suites,
 #               build-tsan (ThreadSanitizer) unit programs.
 #     rxe       scripts/rxe/run-suite.sh on build-asan: the verbs suite in the RDMA lab's guest
@@ -23,12 +26,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 phases=("$@")
-((${#phases[@]})) || phases=(default release sanitize rxe fuzz)
+((${#phases[@]})) || phases=(default release package sanitize rxe fuzz)
 for p in "${phases[@]}"; do
     case $p in
-    default | release | sanitize | rxe | fuzz) ;;
-    -h | --help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "test.sh: unknown phase '$p' (default release sanitize rxe fuzz)" >&2; exit 2 ;;
+    default | release | package | sanitize | rxe | fuzz) ;;
+    -h | --help) sed -n '3,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown phase '$p' (default release package sanitize rxe fuzz)" >&2; exit 2 ;;
     esac
 done
 
@@ -72,8 +75,13 @@ for p in "${phases[@]}"; do
         no_verbs=()
         [[ " ${phases[*]} " == *" rxe "* ]] && no_verbs=(--no-suite verbs)
         # shellcheck disable=SC2086 # VIGIL_TEST_ARGS is a word list
-        meson test -C build --print-errorlogs "${no_verbs[@]}" ${VIGIL_TEST_ARGS:-}
+        meson test -C build --print-errorlogs --no-suite package "${no_verbs[@]}" ${VIGIL_TEST_ARGS:-}
         ran default $? build/meson-logs/testlog.json
+        ;;
+    package)
+        rm -f build/meson-logs/packagelog.json
+        meson test -C build --print-errorlogs --suite package --logbase packagelog
+        ran package $? build/meson-logs/packagelog.json
         ;;
     release)
         rm -f build-release/meson-logs/testlog.json

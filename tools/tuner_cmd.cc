@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "prom_text.h"
 #include "policy.h"
 #include "rules.h"
 #include "telemetry/health.h"
@@ -336,20 +337,6 @@ const char *state_text(uint8_t s)
     }
 }
 
-std::string label(const std::string &s)
-{
-    std::string out;
-    for (char c : s) {
-        if (c == '\\' || c == '"') out += '\\';
-        if (c == '\n') {
-            out += "\\n";
-            continue;
-        }
-        out += c;
-    }
-    return out;
-}
-
 } // namespace
 
 int tuner_command_to(int argc, char **argv, FILE *out, FILE *err)
@@ -398,7 +385,7 @@ std::string tuner_top_text()
     return out;
 }
 
-std::string tuner_metrics_text()
+std::string tuner_metrics_text(bool all_users, const RankOf &rank_of, TunerScrape *stats)
 {
     struct Family {
         const char *name, *type, *help;
@@ -414,18 +401,30 @@ std::string tuner_metrics_text()
         {"vigil_tuner_waits_total", "counter", "Calls that waited for an unresolved view.", ""},
         {"vigil_tuner_wait_seconds_total", "counter", "Time calls spent waiting for an unresolved view.", ""},
     };
-    for (const telemetry::TunerProcessStatus &p : telemetry::read_tuner_status()) {
+    int refused = 0;
+    const std::vector<telemetry::TunerProcessStatus> procs =
+        telemetry::read_tuner_status(all_users, &refused);
+    if (stats != nullptr) {
+        stats->segments += static_cast<int>(procs.size());
+        stats->refused += refused;
+    }
+    for (const telemetry::TunerProcessStatus &p : procs) {
+        const std::string rank = rank_of ? rank_of(p.pid, p.host) : "";
         for (const telemetry::TunerCommSnapshot &c : p.comms) {
             if (c.finalized) continue;
             char comm[24];
             std::snprintf(comm, sizeof(comm), "%016llx", static_cast<unsigned long long>(c.comm));
-            const std::string l = "host=\"" + label(p.host) + "\",pid=\"" + std::to_string(p.pid) + "\",comm=\"" + comm + "\"";
+            const std::string l = "pid=\"" + std::to_string(p.pid) + "\"" +
+                                  (rank.empty() ? "" : ",rank=\"" + prom_label_value(rank) + "\"") +
+                                  ",comm=\"" + comm + "\"";
             auto put = [&](size_t f, const std::string &labels, double v) {
                 char num[64];
                 std::snprintf(num, sizeof(num), "%.17g", v);
                 fams[f].body += std::string(fams[f].name) + "{" + labels + "} " + num + "\n";
             };
-            put(0, l + ",source=\"" + label(c.source) + "\"", c.state);
+            const std::string source =
+                c.source.empty() ? "" : ",source=\"" + prom_label_value(c.source) + "\"";
+            put(0, l + source, c.state);
             put(1, l, c.permille / 1000.0);
             put(2, l, static_cast<double>(c.block));
             put(3, l, static_cast<double>(c.view_changes));

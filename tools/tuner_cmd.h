@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 namespace vigil::tool {
@@ -28,11 +29,21 @@ int tuner_command_to(int argc, char **argv, FILE *out, FILE *err);
 /// (common/telemetry/health.h); never blocks the tuner.
 std::string tuner_top_text();
 
+/// A process's launcher rank by (pid, host) as `vigil export` labels it, "" when unknown.
+using RankOf = std::function<std::string(int pid, const std::string &host)>;
+
+/// What tuner_metrics_text() read.
+struct TunerScrape {
+    int segments = 0; ///< live tuner status segments read
+    int refused = 0;  ///< settled segments whose layout this build does not know
+};
+
 /// `vigil export`'s tuner families in Prometheus text format (HELP/TYPE lines included):
 /// vigil_tuner_view_state (0 healthy, 1 degraded, 2 failover, 3 none yet), _view_fraction,
 /// _view_block, _view_changes_total, _calls_total, _steered_total, _waits_total,
-/// _wait_seconds_total, labelled host, pid, comm (and source on the state). Families with
-/// no communicator print no samples.
-std::string tuner_metrics_text();
+/// _wait_seconds_total, labelled pid, rank (from `rank_of`; none without it), comm (and
+/// source on the state). Reads this user's tuners, or with `all_users` every user's.
+/// Families with no communicator print no samples.
+std::string tuner_metrics_text(bool all_users = false, const RankOf &rank_of = {}, TunerScrape *stats = nullptr);
 
 } // namespace vigil::tool

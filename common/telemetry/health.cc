@@ -113,20 +113,24 @@ std::vector<ProcessHealth> read_all_health()
     return out;
 }
 
-std::vector<TunerProcessStatus> read_tuner_status()
+std::vector<TunerProcessStatus> read_tuner_status(bool all_users, int *refused)
 {
     std::vector<TunerProcessStatus> out;
-    reap_stale_segments(kTunerStatusStem);
-    for (const std::string &file : list_segments(kTunerStatusStem)) {
+    reap_stale_segments(kTunerStatusStem, all_users);
+    for (const std::string &file : list_segments(kTunerStatusStem, all_users)) {
         void *base = nullptr;
         size_t size = 0;
         std::string why;
-        if (map_segment_readonly(file, sizeof(TunerStatusHeader), &base, &size, &why) != 0) continue;
+        if (map_segment_readonly(file, sizeof(TunerStatusHeader), &base, &size, &why) != 0) {
+            if (refused != nullptr && segment_settled(file)) ++*refused;
+            continue;
+        }
         const auto *h = static_cast<const TunerStatusHeader *>(base);
         if (std::memcmp(h->magic, kTunerStatusMagic, sizeof(kTunerStatusMagic)) != 0 ||
             h->version != kTunerStatusVersion || h->header_size != sizeof(TunerStatusHeader) ||
             h->entry_size != sizeof(TunerCommStatus) || h->max_comms != kMaxTunerComms || size < tuner_status_bytes()) {
             munmap(base, size);
+            if (refused != nullptr && segment_settled(file)) ++*refused;
             continue;
         }
         TunerProcessStatus p;

@@ -130,7 +130,9 @@ struct TunerProcessStatus {
     std::vector<TunerCommSnapshot> comms; ///< live and finalized entries
 };
 
-/// Every live tuner status segment of this user (stale ones are reaped first).
-std::vector<TunerProcessStatus> read_tuner_status();
+/// Every live tuner status segment of this user, or with `all_users` of every user (stale ones
+/// are reaped first). Segments whose layout this build does not know are skipped and, with
+/// `refused`, counted there.
+std::vector<TunerProcessStatus> read_tuner_status(bool all_users = false, int *refused = nullptr);
 
 } // namespace vigil::telemetry

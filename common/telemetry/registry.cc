@@ -2,6 +2,7 @@
 // Telemetry registry: shared-memory segment, per-path rings, readers, stale reaping.
 #include "registry.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string_view>
 #include <dirent.h>
 #include <fcntl.h>
 #include <mutex>
@@ -26,6 +28,10 @@ namespace vigil::telemetry {
 namespace {
 
 std::mutex g_mu;
+
+// Seconds after its last change before a segment is judged: one younger may be one whose
+// owner has created it and not yet locked it or written its header.
+constexpr time_t kSettleS = 2;
 
 std::string prefix(const char *stem)
 {
@@ -47,51 +53,72 @@ bool pid_alive(int pid)
 
 namespace {
 
-// "<digits>-<16 hex>" after the prefix: only names open() creates.
-bool segment_name(const std::string &rest)
+bool digits(std::string_view s)
 {
+    return !s.empty() &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "<digits>-<16 hex>" after the prefix: only names open() creates. With `uid`, the prefix
+// stopped before the uid: "<digits>-" comes first.
+bool segment_name(std::string_view rest, bool uid)
+{
+    if (uid) {
+        const size_t dash = rest.find('-');
+        if (dash == std::string_view::npos || !digits(rest.substr(0, dash))) return false;
+        rest.remove_prefix(dash + 1);
+    }
     const size_t dash = rest.find('-');
-    if (dash == 0 || dash == std::string::npos || rest.size() - dash - 1 != 16) return false;
-    for (size_t i = 0; i < dash; ++i)
-        if (rest[i] < '0' || rest[i] > '9') return false;
-    for (size_t i = dash + 1; i < rest.size(); ++i)
-        if (!std::isxdigit(static_cast<unsigned char>(rest[i]))) return false;
-    return true;
+    if (dash == std::string_view::npos || !digits(rest.substr(0, dash)) ||
+        rest.size() - dash - 1 != 16)
+        return false;
+    return std::all_of(rest.begin() + static_cast<std::ptrdiff_t>(dash) + 1, rest.end(),
+                       [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
 } // namespace
 
-std::vector<std::string> list_segments(const char *stem)
+std::vector<std::string> list_segments(const char *stem, bool all_users)
 {
     std::vector<std::string> out;
-    const std::string pre = prefix(stem);
-    const std::string base = pre.substr(std::string("/dev/shm/").size());
+    const std::string base = all_users ? std::string(stem) + "-"
+                                       : prefix(stem).substr(std::string("/dev/shm/").size());
     DIR *d = opendir("/dev/shm");
     if (d == nullptr) return out;
     while (dirent *e = readdir(d)) {
         const std::string name = e->d_name;
-        if (name.rfind(base, 0) == 0 && segment_name(name.substr(base.size())))
+        if (name.rfind(base, 0) == 0 &&
+            segment_name(std::string_view(name).substr(base.size()), all_users))
             out.push_back("/dev/shm/" + name);
     }
     closedir(d);
     return out;
 }
 
-std::vector<std::string> list_registries() { return list_segments(kRegistryStem); }
+std::vector<std::string> list_registries(bool all_users)
+{
+    return list_segments(kRegistryStem, all_users);
+}
 
-int reap_stale() { return reap_stale_segments(kRegistryStem); }
+int reap_stale(bool all_users) { return reap_stale_segments(kRegistryStem, all_users); }
 
-int reap_stale_segments(const char *stem)
+bool segment_settled(const std::string &file)
+{
+    struct stat st;
+    return stat(file.c_str(), &st) == 0 && time(nullptr) - st.st_mtime >= kSettleS;
+}
+
+int reap_stale_segments(const char *stem, bool all_users)
 {
     int n = 0;
-    for (const std::string &f : list_segments(stem)) {
+    for (const std::string &f : list_segments(stem, all_users)) {
         int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) continue;
         // The owner holds LOCK_SH for its lifetime: an exclusive lock means nobody does. A
         // segment modified less than 2 s ago may be one whose owner has created it and not
         // locked it yet (create_segment: open, then flock), so it is left for a later pass.
         struct stat st;
-        const bool young = fstat(fd, &st) != 0 || time(nullptr) - st.st_mtime < 2;
+        const bool young = fstat(fd, &st) != 0 || time(nullptr) - st.st_mtime < kSettleS;
         if (!young && flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(f.c_str()) == 0) ++n;
         ::close(fd);
     }
@@ -156,7 +183,7 @@ int Registry::open(uint64_t window_ns, int rank)
     h->ring_capacity = kRingCapacity;
     h->record_size = sizeof(WindowRecord);
     h->pid = getpid();
-    h->rank = rank;
+    h->rank = rank >= 0 ? rank : launcher_rank();
     h->start_ns = now_ns();
     h->window_ns = window_ns;
     char host[64] = {};
@@ -191,11 +218,21 @@ PathEntry *Registry::acquire(int kind, int slot, int dev, const std::string &dev
         e.total_bytes.store(0);
         e.total_ops.store(0);
         e.failovers.store(0);
+        e.failbacks.store(0);
+        e.degraded_verdicts.store(0);
         e.ring.head.store(0);
         e.ring.tail.store(0);
         e.ring.dropped.store(0);
         e.ring.consumer_pid.store(0);
         e.ring.capacity = kRingCapacity;
+        // The device's totals, named before the first window can reach them (its name is
+        // the one of the first path on it: a device index never changes its name).
+        if (dev >= 0 && static_cast<uint32_t>(dev) < kMaxRegistryDevices) {
+            DeviceTotals &t = h->devices[dev];
+            if (t.name[0] == '\0') copy_str(t.name, sizeof(t.name), dev_name);
+            if (static_cast<uint32_t>(dev) + 1 > h->devices_used.load())
+                h->devices_used.store(static_cast<uint32_t>(dev) + 1, std::memory_order_release);
+        }
         e.in_use.store(1, std::memory_order_release);
         if (i + 1 > h->paths_used.load()) h->paths_used.store(i + 1, std::memory_order_release);
         return &e;
@@ -292,14 +329,67 @@ bool read_port(const PortCounterEntry &e, PortCounters *out) noexcept
     return false;
 }
 
+namespace {
+
+// The device totals of `e`'s device, when `e` is an entry of this process's own segment (a
+// unit test's stand-alone entry is not) and the device is counted.
+DeviceTotals *totals_of(const PathEntry &e) noexcept
+{
+    const Registry &reg = Registry::instance();
+    const PathEntry *first = reg.entry_at(0);
+    if (first == nullptr || &e < first || &e >= first + kMaxRegistryPaths ||
+        e.dev >= kMaxRegistryDevices)
+        return nullptr;
+    char *base = reinterpret_cast<char *>(const_cast<PathEntry *>(first)) - sizeof(RegistryHeader);
+    auto *h = reinterpret_cast<RegistryHeader *>(base);
+    DeviceTotals &t = h->devices[e.dev];
+    return t.name[0] != '\0' ? &t : nullptr;
+}
+
+} // namespace
+
+void count_failover(PathEntry &e) noexcept
+{
+    e.failovers.fetch_add(1, std::memory_order_relaxed);
+    if (DeviceTotals *t = totals_of(e)) t->failovers.fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_failback(PathEntry &e) noexcept
+{
+    e.failbacks.fetch_add(1, std::memory_order_relaxed);
+    if (DeviceTotals *t = totals_of(e)) t->failbacks.fetch_add(1, std::memory_order_relaxed);
+}
+
+int launcher_rank() noexcept
+{
+    // The tuner's proposer names use the same variables in the same order (tuner_plugin/
+    // tuner.cc), so a rank reads alike in its log lines and its metrics.
+    for (const char *name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"}) {
+        const char *s = std::getenv(name);
+        if (s == nullptr || *s == '\0') continue;
+        char *end = nullptr;
+        errno = 0;
+        const long v = std::strtol(s, &end, 10);
+        if (*end == '\0' && errno == 0 && v >= 0 && v < INT32_MAX) return static_cast<int>(v);
+    }
+    return -1;
+}
+
 void ring_push(PathEntry &e, const WindowRecord &w) noexcept
 {
+    // The device's totals count every window, also one the ring drops below: its bytes moved.
+    DeviceTotals *t = totals_of(e);
+    if (t != nullptr) {
+        t->bytes[e.kind & 1].fetch_add(w.bytes, std::memory_order_relaxed);
+        t->ops[e.kind & 1].fetch_add(w.ops, std::memory_order_relaxed);
+    }
     RingHeader &r = e.ring;
     const uint64_t head = r.head.load(std::memory_order_relaxed);
     const uint32_t consumer = r.consumer_pid.load(std::memory_order_acquire);
     if (consumer != 0 && head - r.tail.load(std::memory_order_acquire) >= r.capacity) {
         if (pid_alive(static_cast<int>(consumer))) { // rare: only when full
             r.dropped.fetch_add(1, std::memory_order_relaxed);
+            if (t != nullptr) t->windows_dropped.fetch_add(1, std::memory_order_relaxed);
             return;
         }
         r.consumer_pid.store(0, std::memory_order_release); // consumer died: overwrite again
@@ -331,6 +421,11 @@ void RegistrySink::push(const WindowRecord &w) noexcept
 
 void RegistrySink::verdict(bool degraded, const WindowRecord &w) noexcept
 {
+    if (degraded && e_ != nullptr) {
+        e_->degraded_verdicts.fetch_add(1, std::memory_order_relaxed);
+        if (DeviceTotals *t = totals_of(*e_))
+            t->degraded[e_->kind & 1].fetch_add(1, std::memory_order_relaxed);
+    }
     record_event(degraded ? EventType::kDegraded : EventType::kHealthy,
                  what_ + ": " + std::to_string(w.judged_bps / 1000000) + " MB/s, baseline " +
                      std::to_string(w.baseline_bps / 1000000) + " MB/s");
@@ -408,6 +503,11 @@ uint32_t RegistryView::entries() const
 uint32_t RegistryView::ports() const
 {
     return std::min(hdr_->ports_used.load(std::memory_order_acquire), kMaxRegistryPorts);
+}
+
+uint32_t RegistryView::devices() const
+{
+    return std::min(hdr_->devices_used.load(std::memory_order_acquire), kMaxRegistryDevices);
 }
 
 const PathEntry &RegistryView::entry(uint32_t i) const

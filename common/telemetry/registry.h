@@ -63,12 +63,34 @@ struct PathEntry {
     std::atomic<uint64_t> total_bytes;
     std::atomic<uint64_t> total_ops;
     std::atomic<uint64_t> failovers; ///< times this path stopped being active by failure
-    uint64_t reserved[6];
+    std::atomic<uint64_t> failbacks; ///< times traffic moved back to this (rebuilt primary) path
+    std::atomic<uint64_t> degraded_verdicts; ///< times the detector flagged this path degraded
+    uint64_t reserved[4];
     RingHeader ring;
     WindowRecord records[kRingCapacity];
 };
 
 inline constexpr uint32_t kMaxRegistryPorts = 16; // local ports with hardware counters
+inline constexpr uint32_t kMaxRegistryDevices = 16; // NCCL devices with cumulative totals
+
+/// What one NCCL device's (port's) paths did over the process's life, whatever paths came and
+/// went: path entries are reused when a path is rebuilt or its connection closes, so their own
+/// counters restart, while these only grow (Prometheus counters). Indexed by the NCCL device
+/// index; devices from kMaxRegistryDevices on are not counted. Written by the plugin with
+/// relaxed atomic adds (any thread), read by `vigil export` at any time: each counter is
+/// monotonic, the set is not one instant. Lives in what older builds left as header padding,
+/// so a reader of such a segment sees no devices. 128 bytes.
+struct DeviceTotals {
+    char name[16];                        ///< NCCL device name ("eth0"); empty: unused
+    std::atomic<uint64_t> bytes[2];       ///< bytes of closed windows: [0] send, [1] receive
+    std::atomic<uint64_t> ops[2];         ///< ops of closed windows, likewise
+    std::atomic<uint64_t> failovers;      ///< its paths that failed while carrying traffic
+    std::atomic<uint64_t> failbacks;      ///< traffic moved back to a rebuilt primary on it
+    std::atomic<uint64_t> degraded[2];    ///< degraded verdicts on its paths, send / receive
+    std::atomic<uint64_t> windows_dropped; ///< windows its paths' rings dropped
+    uint64_t reserved[5];
+};
+static_assert(sizeof(DeviceTotals) == 128, "DeviceTotals layout is part of the registry ABI");
 
 /// One local port's hardware counters (RDMA), as its fabric last sampled them, so that a lossy
 /// link shows before it fails: cumulative values since the port appeared, -1 where the device
@@ -109,7 +131,13 @@ struct RegistryHeader {
     std::atomic<uint32_t> paths_used; ///< high-water mark of entries handed out
     std::atomic<uint32_t> ports_used; ///< port entries handed out (0: none, or an older build)
     PortCounterEntry ports[kMaxRegistryPorts];
-    uint8_t pad[4096 - 8 - 6 * 4 - 2 * 4 - 2 * 8 - 64 - 2 * 4 - kMaxRegistryPorts * sizeof(PortCounterEntry)];
+    std::atomic<uint32_t> devices_used; ///< high-water mark of `devices` named (0: none, or an
+                                        ///< older build)
+    uint32_t reserved0;
+    DeviceTotals devices[kMaxRegistryDevices];
+    uint8_t pad[4096 - 8 - 6 * 4 - 2 * 4 - 2 * 8 - 64 - 2 * 4 -
+                kMaxRegistryPorts * sizeof(PortCounterEntry) - 2 * 4 -
+                kMaxRegistryDevices * sizeof(DeviceTotals)];
 };
 static_assert(sizeof(RegistryHeader) == 4096);
 
@@ -125,8 +153,9 @@ class Registry
 {
 public:
     static Registry &instance();
-    /// Creates this process's segment (idempotent); reaps stale ones first. Returns 0 or
-    /// -errno (telemetry then stays off; the data path does not care).
+    /// Creates this process's segment (idempotent); reaps stale ones first. `rank` -1: the
+    /// launcher's (launcher_rank()), or -1 when it set none. Returns 0 or -errno (telemetry
+    /// then stays off; the data path does not care).
     int open(uint64_t window_ns, int rank);
     bool is_open() const { return base_ != nullptr; }
     uint64_t window_ns() const { return window_ns_; }
@@ -152,8 +181,21 @@ private:
     std::string path_;
 };
 
-/// Pushes windows into an entry's ring. Wait-free; single producer.
+/// Pushes windows into an entry's ring and adds them to its device's totals. Wait-free;
+/// single producer per entry.
 void ring_push(PathEntry &e, const WindowRecord &w) noexcept;
+
+/// Counts a failover of the path `e` (it failed while carrying traffic) on the path and its
+/// device's totals. Wait-free; any thread.
+void count_failover(PathEntry &e) noexcept;
+/// Counts a failback to the path `e` (a rebuilt primary took the traffic back) likewise.
+void count_failback(PathEntry &e) noexcept;
+
+/// The process's rank as its launcher exported it, for processes NCCL tells nothing: the first
+/// of RANK (torchrun, and most launchers), OMPI_COMM_WORLD_RANK, SLURM_PROCID and PMI_RANK
+/// that holds a decimal integer in 0..2^31-2; -1 when none does. Reads the environment (call
+/// it from init, not concurrently with setenv).
+int launcher_rank() noexcept;
 
 /// A port's counters as plain values (PortCounterEntry without the name and seqlock).
 struct PortCounters {
@@ -198,6 +240,9 @@ public:
     uint32_t entries() const;
     /// Port entries in use (0 for a segment of an older build).
     uint32_t ports() const;
+    /// Device totals in use, indexed by NCCL device (0 for a segment of an older build); an
+    /// index below it may still be unnamed (a device no path of this process used).
+    uint32_t devices() const;
     const PathEntry &entry(uint32_t i) const;
     /// Copies record `index` of `e`'s ring into *out. False when it is not published yet
     /// or was (or is being) overwritten.
@@ -215,15 +260,17 @@ private:
 /// File-name stem of the telemetry registry ("/dev/shm/vigil-<uid>-<pid>-<16 hex>").
 inline constexpr char kRegistryStem[] = "vigil";
 
-/// Segment files of this user in /dev/shm ("/dev/shm/vigil-<uid>-<pid>-<16 hex>").
-std::vector<std::string> list_registries();
-/// Removes segments of this user that no process holds (their flock is free). Returns how
-/// many. Files not named like a segment are never touched.
-int reap_stale();
+/// Segment files of this user in /dev/shm ("/dev/shm/vigil-<uid>-<pid>-<16 hex>"); with
+/// `all_users`, of every user (a node-wide reader: opening other users' owner-only segments
+/// takes CAP_DAC_READ_SEARCH, removing them CAP_FOWNER).
+std::vector<std::string> list_registries(bool all_users = false);
+/// Removes segments of this user (or of every user) that no process holds (their flock is
+/// free). Returns how many. Files not named like a segment are never touched.
+int reap_stale(bool all_users = false);
 
 /// The same for any kind of segment, named "/dev/shm/<stem>-<uid>-<pid>-<16 hex>".
-std::vector<std::string> list_segments(const char *stem);
-int reap_stale_segments(const char *stem);
+std::vector<std::string> list_segments(const char *stem, bool all_users = false);
+int reap_stale_segments(const char *stem, bool all_users = false);
 
 /// A created segment: mapped read-write, 0600, memory reserved, and held with a shared
 /// flock through `fd` (kept open for the process's life: that is what marks it live).
@@ -241,5 +288,9 @@ int create_segment(const char *stem, size_t size, Segment *out);
 int map_segment_readonly(const std::string &file, size_t min_size, void **base, size_t *size, std::string *why);
 /// True when pid `pid` exists.
 bool pid_alive(int pid);
+/// True when `file` exists and was last modified at least 2 s ago: a segment that cannot be
+/// read then is broken, not still being created by its owner (create_segment sizes it, then
+/// the owner writes its header).
+bool segment_settled(const std::string &file);
 
 } // namespace vigil::telemetry

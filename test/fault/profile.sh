@@ -99,10 +99,12 @@ metrics)
         [[ -n $(ls "$TMP"/prof/vigil-prof-*.jsonl 2>/dev/null) ]] && grep -qs '"type":"coll"' "$TMP"/prof/*.jsonl && break
         sleep 0.1
     done
-    python3 "$HERE/../fault/prom_check.py" "$port" +vigil_coll_total +vigil_coll_bytes_total \
-        +vigil_coll_seconds_total vigil_coll_busbw_bytes +vigil_profiler_events_total \
-        vigil_profiler_events_dropped_total +vigil_path_bytes_total || { kill "$exp"; fail "bad exposition"; }
-    curl_out=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode())' "$port")
+    # One scrape while the job runs, checked as a whole: the job may end right after it.
+    python3 "$HERE/../fault/prom_check.py" --save "$TMP/scrape.txt" "$port" +vigil_coll_total \
+        +vigil_coll_bytes_total +vigil_coll_seconds_total vigil_coll_busbw_bytes \
+        +vigil_profiler_events_total vigil_profiler_events_dropped_total +vigil_port_bytes_total ||
+        { kill "$exp"; fail "bad exposition"; }
+    curl_out=$(cat "$TMP/scrape.txt")
     kill "$exp" 2>/dev/null || true
     wait "$job" || fail "the job failed"
     expect_ok "$(cat "$TMP/run.out")"

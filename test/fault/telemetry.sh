@@ -160,8 +160,8 @@ readers)
     start --workload allreduce --bytes 16M --iters 30
     "$VIGIL" dump --follow 4 >"$TMP/follow.jsonl" & dmp=$!
     sleep 0.8; "$NETLAB_SH" fail 0 0; sleep 0.5; "$NETLAB_SH" restore 0 0
-    python3 "$HERE/../fault/prom_check.py" "$port" +vigil_path_bytes_total vigil_path_state vigil_path_degraded \
-        vigil_path_failovers_total || fail "bad exposition"
+    python3 "$HERE/../fault/prom_check.py" "$port" +vigil_port_bytes_total vigil_path_connections vigil_path_degraded \
+        vigil_port_failovers_total vigil_path_rate_bytes || fail "bad exposition"
     rc=0; for r in 0 1; do wait "${PIDS[r]}" || rc=1; done
     wait "$dmp"; kill "$exp" 2>/dev/null || true
     ((rc == 0)) || { cat "$OUT".rank* >&2; fail "the job failed with readers attached"; }

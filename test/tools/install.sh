@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The installed tree: `meson install --destdir` of this build puts exactly the three plugin
-# libraries in LIBDIR, the user-facing tools in BINDIR and the report's plot script in
-# DATADIR/vigil (no test, benchmark or static library); each installed library loads with
-# dlopen (RTLD_NOW, as NCCL opens plugins), exports exactly its plugin symbols and does not
-# point into the build tree.
+# libraries in LIBDIR, the user-facing tools in BINDIR, the report's plot script and the
+# operator's files (deploy/) in DATADIR/vigil (no test, benchmark or static library); each
+# installed library loads with dlopen (RTLD_NOW, as NCCL opens plugins), exports exactly its
+# plugin symbols and does not point into the build tree.
 #   usage: install.sh MESON BUILD_ROOT SOURCE_ROOT TOOLS...   (TOOLS: the programs in BINDIR)
 set -uo pipefail
 MESON=${1:?usage: install.sh MESON BUILD_ROOT SOURCE_ROOT TOOLS...}
@@ -32,6 +32,13 @@ expected=()
 for l in net tuner profiler; do expected+=("$lib/libnccl-$l-vigil.so"); done
 for t in "${TOOLS[@]}"; do expected+=("$root/$bindir/$t"); done
 expected+=("$root/$datadir/vigil/vigil_plot.py")
+# What an operator deploys (deploy/): Prometheus rules, their tests and a server configuration,
+# the Grafana dashboard and its provisioning file, the exporter's service and options.
+for f in prometheus/vigil-alerts.yml prometheus/vigil-alerts.test.yml prometheus/prometheus.yml \
+    grafana/vigil-dashboard.json grafana/provisioning/vigil.yml systemd/vigil-exporter.service \
+    systemd/vigil-exporter.default; do
+    expected+=("$root/$datadir/vigil/$f")
+done
 mapfile -t have < <(find "$DEST" \( -type f -o -type l \) | sort)
 mapfile -t want < <(printf '%s\n' "${expected[@]}" | sort)
 if [[ ${have[*]} != "${want[*]}" ]]; then

@@ -157,7 +157,7 @@ TEST_CASE("vigil top and vigil export show a live context's agreed view", "[tool
     CHECK(top.find("degraded  0.40") != std::string::npos);
     const std::string m = vigil::tool::tuner_metrics_text();
     INFO(m);
-    CHECK(m.find(std::string("vigil_tuner_view_state{host=")) != std::string::npos);
+    CHECK(m.find(std::string("vigil_tuner_view_state{pid=")) != std::string::npos);
     CHECK(m.find(std::string("comm=\"") + hex + "\",source=") != std::string::npos);
     CHECK(m.find(std::string("vigil_tuner_calls_total{")) != std::string::npos);
     CHECK(m.find("# TYPE vigil_tuner_view_fraction gauge") != std::string::npos);
