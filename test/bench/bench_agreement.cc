@@ -3,15 +3,19 @@
 // Redis, for scripts/bench_agreement.sh. Each rank is a tuner (its own Tuner: background
 // thread and store connection, as a rank process has) driven through the tuner core that
 // the ncclTunerPlugin_v5..v7 shims call, asking getCollInfo at a steady rate as NCCL's
-// enqueue does per collective. Ranks run as `--procs` processes of N/procs ranks each (one
-// process: one simulated host; as root each gets its own UTS and mount namespace, so its
-// hostname and /dev/shm are its own, as on a real host).
+// enqueue does per collective. Ranks run as `--procs` processes of N/procs ranks each, on
+// `--hosts` simulated hosts: as root each host gets its own UTS and mount namespace, so its
+// hostname and /dev/shm are its own, as on a real host.
 //
-// Phases: join (until every rank has resolved its first view), steady (no health change),
-// change (rank 0's NIC eth0 turns degraded at the phase's start, as its registry would
-// show it), stop. Prints one JSON line: the store's commands and CPU per phase (Redis INFO),
-// the ranks' CPU, getCollInfo latency per rank, and the agreement latency: from the change
-// to the first block whose register carries it, in blocks and ms, per rank.
+// It starts its own redis-server (a real one, ended by PID). Phases: join (until every
+// rank has resolved its first view), steady (no health change), change (rank 0's NIC eth0
+// turns degraded at the phase's start, as its registry would show it), optionally a fault
+// (the store restarted empty, the last rank stalled for half the phase, or the process of
+// the last rank killed), stop. Prints one JSON line: the store's commands and CPU per phase
+// (Redis INFO), the ranks' CPU, getCollInfo latency per rank, the agreement latency (from
+// the change to the first block whose register carries it, in blocks and ms, per rank),
+// whether every rank used the same view for every block, and, with a fault, the longest
+// call and the blocks the ranks went on through after it.
 // Not a test: a benchmark (the script prints the table).
 #include <algorithm>
 #include <atomic>
@@ -27,6 +31,7 @@
 #include <string>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/wait.h>
 #include <thread>
@@ -42,7 +47,9 @@ using namespace vigil::tuner::test;
 
 namespace {
 
-enum Phase : uint32_t { kJoin = 0, kSteady = 1, kChange = 2, kStop = 3 };
+enum Phase : uint32_t { kJoin = 0, kSteady = 1, kChange = 2, kFault = 3, kStop = 4 };
+enum class Fault { kNone, kRestart, kStall, kDie };
+constexpr uint32_t kViewLog = 1024; // blocks whose view each rank records
 
 /// What one rank reports (in the shared control block).
 struct RankOut {
@@ -53,8 +60,12 @@ struct RankOut {
     uint64_t changed_block = UINT64_MAX;     ///< first block whose view carried the change
     uint64_t changed_ns = 0;                 ///< when its calls entered that block
     uint64_t blocks = 0;                     ///< blocks entered
+    uint64_t fault_max_ns = 0;               ///< its longest call in the fault phase
+    uint64_t block_at_fault = UINT64_MAX;    ///< the block its calls were in at the fault
+    uint64_t last_block = 0;                 ///< the block its calls were in at the end
     uint32_t ready = 0;                      ///< its first view is resolved
     uint32_t done = 0;
+    uint64_t views[kViewLog];                ///< view of each block (0: not reached)
 };
 
 struct Control {
@@ -63,6 +74,8 @@ struct Control {
     std::atomic<uint32_t> failed;
     uint32_t pad;
     std::atomic<uint64_t> change_ns; ///< 0 until the change phase
+    std::atomic<uint64_t> stall_until_ns; ///< the stalled rank makes no call before this
+    uint32_t stall_rank;
     uint64_t t0_ns;
     RankOut ranks[1]; ///< [nranks]
 };
@@ -70,7 +83,9 @@ struct Control {
 struct Options {
     std::string host = "127.0.0.1";
     int port = 0;
-    uint32_t ranks = 16, procs = 0;
+    Fault fault = Fault::kNone;
+    double fault_s = 20;
+    uint32_t ranks = 16, procs = 0, hosts = 0;
     double rate = 200;      // getCollInfo calls per second per rank
     int tick_ms = 5;        // the driver wakes this often and makes rate*tick calls per rank
     uint64_t block = 128;
@@ -131,6 +146,12 @@ struct Hist {
     void clear() { std::fill(b.begin(), b.end(), 0), n = 0, max = 0; }
 };
 
+uint64_t view_key(const View &v)
+{
+    return (uint64_t{v.state} + 1) | uint64_t{v.permille} << 8 | uint64_t{v.degraded_nics} << 24 |
+           uint64_t{v.failed_nics} << 40 | (v.digest << 56);
+}
+
 struct Member {
     std::unique_ptr<Tuner> tuner;
     Context *ctx = nullptr;
@@ -149,9 +170,8 @@ void isolate_host(uint32_t index)
     (void)mount("tmpfs", "/dev/shm", "tmpfs", 0, "mode=1777");
 }
 
-int run_host(const Options &o, Control *ctl, uint32_t host, uint32_t first, uint32_t count, uint64_t comm)
+int run_proc(const Options &o, Control *ctl, uint32_t first, uint32_t count, uint64_t comm)
 {
-    if (o.isolate) isolate_host(host);
     Config cfg;
     cfg.block = o.block;
     cfg.store = "redis://" + o.host + ":" + std::to_string(o.port);
@@ -163,7 +183,7 @@ int run_host(const Options &o, Control *ctl, uint32_t host, uint32_t first, uint
         info.comm = comm;
         info.has_comm = true;
         info.nranks = o.ranks;
-        info.nnodes = o.procs;
+        info.nnodes = o.hosts;
         info.abi = 5;
         info.model = default_model();
         std::string why;
@@ -186,12 +206,14 @@ int run_host(const Options &o, Control *ctl, uint32_t host, uint32_t first, uint
         if (phase != last_phase && phase == kSteady)
             for (Member &x : m) x.hist.clear(); // the join phase's waits are not the steady cost
         last_phase = phase;
+        const uint64_t stall_until = ctl->stall_until_ns.load(std::memory_order_acquire);
         owed += per_tick;
         const int calls = static_cast<int>(owed);
         owed -= calls;
         const uint64_t change = ctl->change_ns.load(std::memory_order_acquire);
         for (Member &x : m) {
             RankOut &out = ctl->ranks[x.rank];
+            if (x.rank == ctl->stall_rank && stall_until != 0 && now_ns() < stall_until) continue;
             for (int k = 0; k < calls; ++k) {
                 const uint64_t idx = x.ctx->calls();
                 const uint64_t bytes = (uint64_t{1} << (idx % 24)) + idx % 1000;
@@ -201,12 +223,16 @@ int run_host(const Options &o, Control *ctl, uint32_t host, uint32_t first, uint
                 const uint64_t a = now_ns();
                 x.ctx->get_coll_info(coll, bytes, 1, table, 7, 3, 0, &channels);
                 const uint64_t b = now_ns();
-                x.hist.add(b - a);
+                if (phase == kFault) out.fault_max_ns = std::max(out.fault_max_ns, b - a);
+                else x.hist.add(b - a);
                 const uint64_t blk = idx / o.block;
                 if (blk != x.last_block) {
                     x.last_block = blk;
+                    out.last_block = blk;
                     ++out.blocks;
                     const View &v = x.ctx->current_view();
+                    if (blk < kViewLog && v.state != 3) out.views[blk] = view_key(v);
+                    if (phase == kFault && out.block_at_fault == UINT64_MAX) out.block_at_fault = blk;
                     if (!out.ready && v.state != 3) {
                         out.ready = 1;
                         ctl->ready.fetch_add(1);
@@ -305,8 +331,9 @@ double median(std::vector<double> v)
 void usage()
 {
     std::fprintf(stderr,
-                 "usage: vigil-agreebench --redis HOST:PORT [--ranks N] [--procs P] [--rate CALLS_PER_S] "
-                 "[--tick-ms MS] [--block B] [--join-s S] [--steady-s S] [--change-s S] [--no-isolate]\n");
+                 "usage: vigil-agreebench [--ranks N] [--procs P] [--hosts H] [--rate CALLS_PER_S] [--tick-ms MS] [--block B] "
+                 "[--join-s S] [--steady-s S] [--change-s S] [--fault none|restart|stall|die] [--fault-s S] "
+                 "[--no-isolate]\n");
 }
 
 } // namespace
@@ -323,14 +350,9 @@ int main(int argc, char **argv)
             }
             return argv[++i];
         };
-        if (a == "--redis") {
-            const std::string v = next();
-            const size_t c = v.rfind(':');
-            if (c == std::string::npos) return usage(), 2;
-            o.host = v.substr(0, c);
-            o.port = std::atoi(v.c_str() + c + 1);
-        } else if (a == "--ranks") o.ranks = static_cast<uint32_t>(std::atoi(next()));
+        if (a == "--ranks") o.ranks = static_cast<uint32_t>(std::atoi(next()));
         else if (a == "--procs") o.procs = static_cast<uint32_t>(std::atoi(next()));
+        else if (a == "--hosts") o.hosts = static_cast<uint32_t>(std::atoi(next()));
         else if (a == "--rate") o.rate = std::atof(next());
         else if (a == "--tick-ms") o.tick_ms = std::atoi(next());
         else if (a == "--block") o.block = static_cast<uint64_t>(std::atoll(next()));
@@ -338,33 +360,78 @@ int main(int argc, char **argv)
         else if (a == "--steady-s") o.steady_s = std::atof(next());
         else if (a == "--change-s") o.change_s = std::atof(next());
         else if (a == "--no-isolate") o.isolate = false;
+        else if (a == "--fault-s") o.fault_s = std::atof(next());
+        else if (a == "--fault") {
+            const std::string f = next();
+            if (f == "none") o.fault = Fault::kNone;
+            else if (f == "restart") o.fault = Fault::kRestart;
+            else if (f == "stall") o.fault = Fault::kStall;
+            else if (f == "die") o.fault = Fault::kDie;
+            else return usage(), 2;
+        }
         else return usage(), 2;
     }
     if (o.procs == 0) o.procs = o.ranks;
-    if (o.port <= 0 || o.ranks == 0 || o.procs > o.ranks || o.tick_ms <= 0 || o.block == 0) return usage(), 2;
+    if (o.hosts == 0) o.hosts = o.procs;
+    if (o.ranks == 0 || o.procs > o.ranks || o.hosts > o.procs || o.tick_ms <= 0 || o.block == 0) return usage(), 2;
     if (getuid() != 0) o.isolate = false;
+    RedisServer redis;
+    std::string why;
+    if (!redis.start(&why, {"--maxclients", "20000", "--maxmemory-policy", "noeviction"})) {
+        std::fprintf(stderr, "redis-server: %s\n", why.c_str());
+        return 1;
+    }
+    o.port = redis.port();
     const size_t bytes = sizeof(Control) + sizeof(RankOut) * o.ranks;
     void *mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return std::perror("mmap"), 1;
     auto *ctl = new (mem) Control{};
     for (uint32_t r = 0; r < o.ranks; ++r) new (&ctl->ranks[r]) RankOut{};
     ctl->t0_ns = now_ns();
+    ctl->stall_rank = UINT32_MAX;
     uint64_t comm = 0;
     if (getrandom(&comm, sizeof(comm), 0) != sizeof(comm)) return 1;
     comm |= 1;
 
-    std::vector<pid_t> pids;
-    for (uint32_t h = 0; h < o.procs; ++h) {
-        const uint32_t first = static_cast<uint32_t>(uint64_t{o.ranks} * h / o.procs);
-        const uint32_t last = static_cast<uint32_t>(uint64_t{o.ranks} * (h + 1) / o.procs);
+    // The rank processes' pids, for their CPU and for the fault that kills one.
+    auto *proc_pids = static_cast<pid_t *>(
+        mmap(nullptr, sizeof(pid_t) * o.procs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    if (proc_pids == MAP_FAILED) return std::perror("mmap"), 1;
+    std::vector<pid_t> pids; // the hosts
+    for (uint32_t h = 0; h < o.hosts; ++h) {
         const pid_t pid = fork();
         if (pid < 0) return std::perror("fork"), 1;
-        if (pid == 0) _exit(run_host(o, ctl, h, first, last - first, comm));
-        pids.push_back(pid);
+        if (pid != 0) {
+            pids.push_back(pid);
+            continue;
+        }
+        // A host: ends with the driver, whatever ends it, and its ranks with it.
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1) _exit(1);
+        if (o.isolate) isolate_host(h);
+        std::vector<pid_t> mine;
+        for (uint32_t p = o.procs * h / o.hosts; p < o.procs * (h + 1) / o.hosts; ++p) {
+            const uint32_t first = static_cast<uint32_t>(uint64_t{o.ranks} * p / o.procs);
+            const uint32_t last = static_cast<uint32_t>(uint64_t{o.ranks} * (p + 1) / o.procs);
+            const pid_t r = fork();
+            if (r == 0) {
+                (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+                proc_pids[p] = getpid();
+                _exit(run_proc(o, ctl, first, last - first, comm));
+            }
+            if (r > 0) mine.push_back(r);
+        }
+        int failed = 0;
+        for (pid_t r : mine) {
+            int st = 0;
+            if (waitpid(r, &st, 0) != r || !WIFEXITED(st) || WEXITSTATUS(st) != 0) ++failed;
+        }
+        _exit(std::min(failed, 255));
     }
     auto cpu_all = [&] {
         double s = 0;
-        for (pid_t p : pids) s += proc_cpu_s(p);
+        for (uint32_t p = 0; p < o.procs; ++p)
+            if (proc_pids[p] > 0) s += proc_cpu_s(proc_pids[p]);
         return s;
     };
     auto sleep_s = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
@@ -393,12 +460,51 @@ int main(int argc, char **argv)
     stats_ok = store_stats(o, &s2) && stats_ok;
     const double c2 = cpu_all();
     const uint64_t t_end = now_ns();
-    ctl->phase.store(kStop);
-    int failed_procs = 0;
-    for (pid_t p : pids) {
-        int st = 0;
-        if (waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0) ++failed_procs;
+    // The fault, on ranks that went through join, steady and change.
+    const uint32_t victim_rank = o.ranks - 1;
+    pid_t killed = -1;
+    StoreStats f0, f1;
+    bool fault_stats = false;
+    if (o.fault != Fault::kNone && joined) {
+        ctl->phase.store(kFault);
+        if (o.fault == Fault::kRestart) {
+            redis.stop(); // SIGKILL: the store loses everything
+            sleep_s(0.3);
+            if (!redis.restart(&why)) std::fprintf(stderr, "redis-server restart: %s\n", why.c_str());
+        } else if (o.fault == Fault::kStall) {
+            ctl->stall_rank = victim_rank;
+            ctl->stall_until_ns.store(now_ns() + static_cast<uint64_t>(o.fault_s / 2 * 1e9));
+        } else {
+            killed = proc_pids[o.procs - 1]; // the process of the last rank
+            if (killed > 0) kill(killed, SIGKILL);
+        }
+        fault_stats = store_stats(o, &f0);
+        sleep_s(o.fault_s);
+        fault_stats = store_stats(o, &f1) && fault_stats;
     }
+    ctl->phase.store(kStop);
+    // A rank still waiting for a register 30 s after the end is not waited for.
+    int failed_procs = killed > 0 ? -1 : 0; // the killed one fails by design
+    std::vector<pid_t> left = pids;
+    for (int i = 0; i < 3000 && !left.empty(); ++i) {
+        for (size_t k = 0; k < left.size();) {
+            int st = 0;
+            if (waitpid(left[k], &st, WNOHANG) != left[k]) {
+                ++k;
+                continue;
+            }
+            failed_procs += WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+            left.erase(left.begin() + static_cast<long>(k));
+        }
+        if (!left.empty()) sleep_s(0.01);
+    }
+    for (pid_t p : left) {
+        kill(p, SIGKILL); // its ranks go with it (their death signal)
+        int st = 0;
+        (void)waitpid(p, &st, 0);
+        ++failed_procs;
+    }
+    redis.stop();
 
     const double steady = static_cast<double>(t_change - t_steady) / 1e9;
     const double change = static_cast<double>(t_end - t_change) / 1e9;
@@ -422,8 +528,36 @@ int main(int argc, char **argv)
         lat_blocks.push_back(static_cast<double>(x.changed_block - x.block_at_change));
         lat_ms.push_back(static_cast<double>(x.changed_ns - t_change) / 1e6);
     }
+    // Every rank that reached a block used the same view there.
+    uint64_t compared = 0, disagreeing_blocks = 0;
+    for (uint32_t b = 0; b < kViewLog; ++b) {
+        uint64_t first = 0;
+        bool differ = false;
+        for (uint32_t r = 0; r < o.ranks; ++r) {
+            const uint64_t v = ctl->ranks[r].views[b];
+            if (v == 0) continue;
+            ++compared;
+            if (first == 0) first = v;
+            differ |= v != first;
+        }
+        disagreeing_blocks += differ;
+    }
+    double fault_max_ms = 0;
+    uint64_t went_on_min = UINT64_MAX;
+    for (uint32_t r = 0; r < o.ranks && o.fault != Fault::kNone; ++r) {
+        const RankOut &x = ctl->ranks[r];
+        if (o.fault == Fault::kDie && !x.done) continue; // died with its process
+        if (o.fault == Fault::kStall && r == victim_rank) continue;
+        fault_max_ms = std::max(fault_max_ms, static_cast<double>(x.fault_max_ns) / 1e6);
+        went_on_min = std::min(went_on_min, x.block_at_fault == UINT64_MAX ? 0 : x.last_block - x.block_at_fault);
+    }
+    const char *fault_name = o.fault == Fault::kRestart ? "restart"
+                             : o.fault == Fault::kStall ? "stall"
+                             : o.fault == Fault::kDie   ? "die"
+                                                        : "none";
+    const double fault_s = o.fault_s;
     const RankOut &victim = ctl->ranks[0];
-    std::printf("{\"ranks\":%u,\"procs\":%u,\"rate\":%.0f,\"block\":%llu,\"joined\":%s,\"join_s\":%.2f,"
+    std::printf("{\"ranks\":%u,\"hosts\":%u,\"procs\":%u,\"rate\":%.0f,\"block\":%llu,\"joined\":%s,\"join_s\":%.2f,"
                 "\"failed_procs\":%d,\"stats_ok\":%s,"
                 "\"steady_s\":%.2f,\"steady_cmds_per_rank_s\":%.3f,\"steady_evals_per_rank_s\":%.3f,"
                 "\"steady_gets_per_rank_s\":%.3f,\"steady_store_cpu_pct\":%.2f,\"steady_rank_cpu_pct\":%.3f,"
@@ -432,8 +566,10 @@ int main(int argc, char **argv)
                 "\"p50_ns_median\":%.0f,\"p99_ns_median\":%.0f,\"p99_ns_worst\":%.0f,"
                 "\"saw_change\":%u,\"agree\":%s,\"agreed_block\":%lld,"
                 "\"victim_latency_blocks\":%lld,\"victim_latency_ms\":%.1f,"
-                "\"latency_blocks_max\":%.0f,\"latency_ms_median\":%.1f,\"latency_ms_max\":%.1f}\n",
-                o.ranks, o.procs, o.rate, static_cast<unsigned long long>(o.block), joined ? "true" : "false", join_s,
+                "\"latency_blocks_max\":%.0f,\"latency_ms_median\":%.1f,\"latency_ms_max\":%.1f,"
+                "\"views_compared\":%llu,\"disagreeing_blocks\":%llu,\"fault\":\"%s\",\"fault_max_call_ms\":%.1f,"
+                "\"fault_blocks_went_on_min\":%lld,\"fault_cmds_per_rank_s\":%.3f,\"fault_store_cpu_pct\":%.2f}\n",
+                o.ranks, o.hosts, o.procs, o.rate, static_cast<unsigned long long>(o.block), joined ? "true" : "false", join_s,
                 failed_procs, stats_ok ? "true" : "false", steady, (s1.commands - s0.commands) / steady / n,
                 (s1.evals - s0.evals) / steady / n, (s1.gets - s0.gets) / steady / n,
                 100.0 * (s1.cpu_s - s0.cpu_s) / steady, 100.0 * (c1 - c0) / steady / n, change,
@@ -445,7 +581,11 @@ int main(int argc, char **argv)
                                                    : static_cast<long long>(victim.changed_block - victim.block_at_change),
                 victim.changed_block == UINT64_MAX ? -1.0 : static_cast<double>(victim.changed_ns - t_change) / 1e6,
                 lat_blocks.empty() ? -1.0 : *std::max_element(lat_blocks.begin(), lat_blocks.end()), median(lat_ms),
-                lat_ms.empty() ? -1.0 : *std::max_element(lat_ms.begin(), lat_ms.end()));
+                lat_ms.empty() ? -1.0 : *std::max_element(lat_ms.begin(), lat_ms.end()),
+                static_cast<unsigned long long>(compared), static_cast<unsigned long long>(disagreeing_blocks),
+                fault_name, fault_max_ms, went_on_min == UINT64_MAX ? -1LL : static_cast<long long>(went_on_min),
+                fault_stats ? (f1.commands - f0.commands) / fault_s / n : -1.0,
+                fault_stats ? 100.0 * (f1.cpu_s - f0.cpu_s) / fault_s : -1.0);
     (void)c2;
     return failed_procs == 0 && joined ? 0 : 1;
 }

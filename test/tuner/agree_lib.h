@@ -45,14 +45,16 @@ uint64_t pack(const Choice &c, int channels, uint64_t chunk);
 class RedisServer
 {
 public:
-    /// Finds a free port and starts the server; false (with *why) when it cannot.
-    bool start(std::string *why);
+    /// Finds a free port and starts the server (with `extra` arguments, kept for restarts);
+    /// false (with *why) when it cannot.
+    bool start(std::string *why, std::vector<std::string> extra = {});
     /// Starts it again on the same port (after stop()).
     bool restart(std::string *why);
     /// SIGKILL by PID and reap it.
     void stop();
     ~RedisServer() { stop(); }
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
     static bool available();
 
@@ -61,6 +63,7 @@ private:
     pid_t pid_ = -1;
     int port_ = 0;
     std::string dir_;
+    std::vector<std::string> extra_;
 };
 
 /// Writes `text` to a temporary rules file and points NCCL_TUNER_CONFIG_FILE at it.
