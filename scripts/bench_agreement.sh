@@ -20,7 +20,7 @@
 # as root), every rank its own process up to 1,024 ranks and MEMBERS_PER_PROC ranks a process
 # beyond (8: one process a host). Each rank asks getCollInfo RATE (200) times a second,
 # VIGIL_TUNER_BLOCK BLOCK (128): about 1.6 blocks a second; its process wakes every TICK_MS
-# (5 ms, 20 ms from 1,024 ranks on: 4 calls a wake). Phases: join, STEADY_S (20) s steady,
+# (5 ms, 20 ms from 256 ranks on: 4 calls a wake). Phases: join, STEADY_S (20) s steady,
 # CHANGE_S (10) s after the change.
 # A run that does not join within JOIN_S (120) s is reported as such. Faults: FAULTS
 # ("restart stall die") at FAULT_RANKS (1024), FAULT_S (20) s each.
@@ -65,7 +65,7 @@ LOGS=$(mktemp -d /tmp/vigil-bench-agreement.XXXXXX)
 
 RANKS_PER_HOST=${RANKS_PER_HOST:-8}
 per_proc() { if [[ -n ${MEMBERS_PER_PROC:-} ]]; then echo "$MEMBERS_PER_PROC"; elif (($1 <= 1024)); then echo 1; else echo 8; fi; }
-tick_ms() { if [[ -n ${TICK_MS:-} ]]; then echo "$TICK_MS"; elif (($1 < 1024)); then echo 5; else echo 20; fi; }
+tick_ms() { if [[ -n ${TICK_MS:-} ]]; then echo "$TICK_MS"; elif (($1 < 256)); then echo 5; else echo 20; fi; }
 
 one() { # one BIN N LABEL [FAULT]: prints the driver's JSON line with "build" and "warns" added
     local bin=$1 n=$2 label=$3 fault=${4:-none} k procs hosts line log warns

@@ -147,8 +147,8 @@ Agreement::Step Agreement::step(Store &store, const MemberRecord &health, bool f
         return Step::kMore;
     }
     if (rc == -EAGAIN || rc == -EOVERFLOW) return Step::kBlocked; // last_error_ says on whom
-    if (rc == -EINPROGRESS) {
-        last_error_ = store.last_error(); // this host's rank that asks the store
+    if (rc == -EINPROGRESS || rc == -EALREADY) {
+        last_error_ = store.last_error(); // this host's rank that reads, or the block's proposer
         return Step::kBlocked;
     }
     if (rc != 0) {
@@ -187,24 +187,27 @@ int Agreement::resolve(Store &store, ResolveSink &sink, uint64_t block)
         std::snprintf(source, sizeof(source), "%.30s/%d/r%d", self_.host, self_.pid, self_.env_rank);
     else
         std::snprintf(source, sizeof(source), "%.30s/%d", self_.host, self_.pid);
-    // A proposal refused because the members' health moved is computed again from a fresh
-    // read; a few tries, then the next step (health changing faster than that is noise).
-    for (int tries = 0; tries < 4; ++tries) {
-        if (members_gen_.empty()) {
-            uint64_t gen = 0;
-            ++counts_.store_calls;
-            ++counts_.member_reads;
-            if (int rc = store.members(comm_, epoch_, &members_, &gen); rc != 0) return rc;
-            members_gen_ = std::to_string(gen);
-        }
-        const View proposal = aggregate(members_, have_last_ ? &last_ : nullptr, source);
+    // Without a copy of the members, the first call only asks whether a proposal could be
+    // made ("!": checks, never writes): while members are still joining, nobody reads the
+    // records. A proposal refused because the members' health moved is computed again from
+    // a fresh read; a few tries, then the next step (health changing faster than that is
+    // noise).
+    for (int tries = 0; tries < 5; ++tries) {
+        const bool have = !members_gen_.empty();
+        View proposal;
+        if (have) proposal = aggregate(members_, have_last_ ? &last_ : nullptr, source);
+        else std::snprintf(proposal.source, sizeof(proposal.source), "%s", source); // for the claim
         bool existed = false, held_found[kMaxSpan] = {};
         Slowest slow;
         ++counts_.store_calls;
-        const int rc = store.propose(comm_, epoch_, block, proposal, nranks_, kMaxAhead, members_gen_, views,
-                                     held_found, &existed, &slow);
+        const int rc = store.propose(comm_, epoch_, block, proposal, nranks_, kMaxAhead, have ? members_gen_ : "!",
+                                     views, held_found, &existed, &slow);
         if (rc == -ECANCELED) {
-            members_gen_.clear();
+            uint64_t gen = 0;
+            ++counts_.store_calls;
+            ++counts_.member_reads;
+            if (int r = store.members(comm_, epoch_, &members_, &gen); r != 0) return r;
+            members_gen_ = std::to_string(gen);
             continue;
         }
         if (rc == -EAGAIN) {

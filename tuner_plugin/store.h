@@ -13,7 +13,8 @@
 // -EAGAIN (a proposal needs more members: nothing was written), -EOVERFLOW (the block is
 // kMaxAhead or more past the slowest member's published progress: nothing was written),
 // -ECANCELED (the members' health changed since the generation the proposal was computed
-// at: nothing was written, read the members again), -ERANGE (the register slot is held by
+// at: nothing was written, read the members again), -EALREADY (another member holds the
+// block's proposal claim: read the register again shortly), -ERANGE (the register slot is held by
 // a newer block: the caller is too far behind), or another -errno with a reason in
 // last_error() (unreachable, malformed data).
 #pragma once
@@ -77,13 +78,16 @@ public:
     virtual int digests(uint64_t comm, uint64_t epoch, std::vector<std::pair<uint64_t, std::string>> *out) = 0;
     /// Atomically, when `epoch` is current: if R[block] holds a value, held[0] = it
     /// (*existed); else, when the epoch has at least `need_members` members (0: no check),
-    /// `block` is below the slowest member's published progress + `max_ahead` (0: no check;
-    /// else -EOVERFLOW with *slow) and the health generation is `gen` (empty: no check; else
-    /// -ECANCELED), R[block] = `proposal`, and R[block + i] too where absent and within the
+    /// the health generation is `gen` (empty: no check; "!": never, so nothing is written;
+    /// else -ECANCELED) and `block` is below the slowest member's published progress +
+    /// `max_ahead` (0: no check; else -EOVERFLOW with *slow), R[block] = `proposal`, and R[block + i] too where absent and within the
     /// head start, for i < span(). held[i] (span() entries): what R[block + i] holds after
     /// the step, found[i] whether it holds anything. The checks and the writes are one step,
     /// so a register is never written into a store that lost data the writer has not seen
-    /// lost. Redis: one script call, O(log members); no member records are read.
+    /// lost. Redis: one script call, O(log members); no member records are read. Once every
+    /// member joined, the first proposer of a block (named by proposal.source) holds its
+    /// claim for 250 ms; another gets -EALREADY and reads the register again, so one
+    /// proposer a block reads the member records after a change.
     virtual int propose(uint64_t comm, uint64_t epoch, uint64_t block, const View &proposal, uint32_t need_members,
                         uint64_t max_ahead, const std::string &gen, View *held, bool *found, bool *existed,
                         Slowest *slow) = 0;

@@ -46,16 +46,22 @@ constexpr const char *kMembersScript =
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end "
     "local v = redis.call('HVALS', KEYS[2]) table.insert(v, 1, redis.call('GET', KEYS[3]) or '0') "
     "table.insert(v, 1, 0) return v";
-// KEYS: epoch, m, p, g, r:B, r:B+1, ... ARGV: epoch, need, value, ttl, generation ('' : no
-// check), max ahead (0: no check), B. Returns {-1} stale, {-2} too few members, {-4} the
+// KEYS: epoch, m, p, g, c:E:B, r:B, r:B+1, ... ARGV: epoch, need, value, ttl, generation
+// ('': no check, '!': the checks only), max ahead (0: no check), B, proposer. Returns {-1}
+// stale, {-2} too few members, {-5} another proposer holds the block's claim, {-4} the
 // generation moved, {-3, slowest record, its progress} too far ahead, {1, held...} R[B]
 // existed, {0, held...} written (held: what each register holds after, '' when absent).
+// The claim (250 ms) makes one proposer per block read the member records; the others read
+// the register again shortly.
 constexpr const char *kProposeScript =
     "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end "
-    "local out = {1} local cur = redis.call('GET', KEYS[5]) "
-    "if cur then out[2] = cur for i = 6, #KEYS do out[i - 3] = redis.call('GET', KEYS[i]) or '' end return out end "
+    "local out = {1} local cur = redis.call('GET', KEYS[6]) "
+    "if cur then out[2] = cur for i = 7, #KEYS do out[i - 4] = redis.call('GET', KEYS[i]) or '' end return out end "
     "local need = tonumber(ARGV[2]) "
     "if need > 0 and redis.call('HLEN', KEYS[2]) < need then return {-2} end "
+    "if ARGV[8] ~= '' then local who = redis.call('GET', KEYS[5]) "
+    "  if who and who ~= ARGV[8] then return {-5} end "
+    "  if not who then redis.call('SET', KEYS[5], ARGV[8], 'PX', 250) end end "
     "if ARGV[5] ~= '' and (redis.call('GET', KEYS[4]) or '0') ~= ARGV[5] then return {-4} end "
     "local limit = nil local b = tonumber(ARGV[7]) "
     "if tonumber(ARGV[6]) > 0 then "
@@ -64,10 +70,10 @@ constexpr const char *kProposeScript =
     "    if b >= limit then return {-3, redis.call('HGET', KEYS[2], s[1]) or '', s[2]} end end "
     "end "
     "out[1] = 0 "
-    "for i = 5, #KEYS do "
-    "  if i > 5 and limit and b + i - 5 >= limit then out[i - 3] = '' "
-    "  elseif redis.call('SET', KEYS[i], ARGV[3], 'NX', 'EX', ARGV[4]) then out[i - 3] = ARGV[3] "
-    "  else out[i - 3] = redis.call('GET', KEYS[i]) or '' end "
+    "for i = 6, #KEYS do "
+    "  if i > 6 and limit and b + i - 6 >= limit then out[i - 4] = '' "
+    "  elseif redis.call('SET', KEYS[i], ARGV[3], 'NX', 'EX', ARGV[4]) then out[i - 4] = ARGV[3] "
+    "  else out[i - 4] = redis.call('GET', KEYS[i]) or '' end "
     "end return out";
 // KEYS: epoch, r:B1, r:B2, ... ARGV: epoch, ttl, value1, value2, ... Writes each register
 // where absent. Returns {-1} (stale) or {0, held1, held2, ...} ('' where it wrote).
@@ -107,7 +113,9 @@ public:
         return 0;
     }
 
-    uint32_t span() const override { return 2; }
+    // 1: the host mirror already makes reads per host, not per rank; 2 would halve them
+    // again, for one block more before a health change shows.
+    uint32_t span() const override { return 1; }
 
     int publish(uint64_t comm, uint64_t epoch, const MemberRecord &m, bool health_changed, uint32_t need,
                 PublishAck *ack) override
@@ -183,15 +191,18 @@ public:
                 Slowest *slow) override
     {
         const std::string e = std::to_string(epoch);
+        const std::string b = std::to_string(block);
         std::vector<std::string> keys = {key(comm, "epoch"), epoch_key(comm, "m:", e), epoch_key(comm, "p:", e),
-                                         epoch_key(comm, "g:", e)};
+                                         epoch_key(comm, "g:", e), epoch_key(comm, "c:", e + ":" + b)};
         for (uint32_t i = 0; i < span(); ++i) keys.push_back(register_key(comm, block + i));
         const std::string nkeys = std::to_string(keys.size()), value = encode_view(proposal);
-        const std::string need = std::to_string(need_members), ahead = std::to_string(max_ahead),
-                          b = std::to_string(block);
+        const std::string need = std::to_string(need_members), ahead = std::to_string(max_ahead);
+        // The proposer, for the block's claim: its name (a re-assertion passes none).
+        const std::string who(proposal.source, strnlen(proposal.source, sizeof(proposal.source)));
         std::vector<std::string_view> argv{"EVAL", kProposeScript, nkeys};
         for (const std::string &k : keys) argv.push_back(k);
-        for (const std::string *a : std::initializer_list<const std::string *>{&e, &need, &value, &ttl_, &gen, &ahead, &b})
+        for (const std::string *a :
+             std::initializer_list<const std::string *>{&e, &need, &value, &ttl_, &gen, &ahead, &b, &who})
             argv.push_back(*a);
         Reply r = command(argv);
         if (!r) return -EIO;
@@ -201,6 +212,10 @@ public:
         if (code == -1) return -ESTALE;
         if (code == -2) return -EAGAIN;
         if (code == -4) return -ECANCELED;
+        if (code == -5) {
+            error_ = "another member is proposing block " + b;
+            return -EALREADY;
+        }
         if (code == -3) {
             if (r->elements.size() == 3 && r->elements[1].type == RedisReply::kString &&
                 r->elements[2].type == RedisReply::kString) {

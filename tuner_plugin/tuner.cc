@@ -204,18 +204,14 @@ void Context::wait_for(uint64_t b) noexcept
     waits_.store(waits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     waiting_since_.store(t0, std::memory_order_release);
     tuner_.wake();
-    for (int i = 0;; ++i) {
-        if (const View *v = agr_->view_at(b)) {
-            cur_view_ = *v;
-            break;
-        }
-        if (i < 64) {
-            sched_yield();
-        } else {
-            const timespec ts{0, 200000};
-            nanosleep(&ts, nullptr);
-            if (i % 64 == 0) tuner_.wake();
-        }
+    {
+        // Asleep until the background thread resolves the block: it notifies under the
+        // mutex, so no wake-up is lost, and retries on its own schedule (the 1 s bound is a
+        // safety net only). Thousands of ranks waiting for their last member cost no CPU.
+        std::unique_lock lk(wait_mu_);
+        const View *v = nullptr;
+        while ((v = agr_->view_at(b)) == nullptr) wait_cv_.wait_for(lk, std::chrono::seconds(1));
+        cur_view_ = *v;
     }
     waiting_since_.store(0, std::memory_order_release);
     wait_ns_.store(wait_ns_.load(std::memory_order_relaxed) + (now_ns() - t0), std::memory_order_relaxed);
@@ -613,6 +609,10 @@ uint64_t Tuner::serve(Context &c, uint64_t now)
                 c.retry_ns_ = 0;
                 break;
             }
+        }
+        if (waiting && c.agr_->view_at(progress) != nullptr) {
+            std::lock_guard lk(c.wait_mu_);
+            c.wait_cv_.notify_all();
         }
         if (c.retry_ns_ != 0) due = std::min(due, c.retry_ns_);
         else if (due > now) due = std::min(due, now + std::clamp<uint64_t>(c.block_ns_ / 2, 1'000'000ull, publish_ns));

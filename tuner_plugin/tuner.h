@@ -62,8 +62,9 @@ class Tuner;
 
 /// One communicator's tuner context. get_coll_info/get_chunk_size run on the thread NCCL
 /// calls from, one call at a time per communicator (NCCL serialises a communicator's group
-/// launch); they never block except to wait for an unresolved register, never allocate,
-/// never make a system call on their common path, and never fail.
+/// launch); they never block except to wait for an unresolved register (asleep on a
+/// condition variable the background thread notifies), never allocate, never make a system
+/// call on their common path, and never fail.
 class Context
 {
 public:
@@ -139,6 +140,8 @@ private:
     std::atomic<uint64_t> wait_ns_{0};
     std::atomic<uint64_t> view_block_{0};
     std::atomic<uint64_t> waiting_since_{0}; ///< 0, or when the hot path began to wait
+    std::mutex wait_mu_;                     ///< a waiting hot path sleeps on wait_cv_ under it
+    std::condition_variable wait_cv_;        ///< notified when the awaited block resolves
     std::array<uint64_t, kSeen> seen_{};
     uint32_t seen_count_ = 0;
     std::array<Note, kNotes> notes_{};

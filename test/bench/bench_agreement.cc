@@ -483,6 +483,13 @@ int main(int argc, char **argv)
         fault_stats = store_stats(o, &f1) && fault_stats;
     }
     ctl->phase.store(kStop);
+    {
+        // What the store served over the whole run, command by command (the driver's log).
+        RedisConnection c;
+        RedisReply r;
+        if (c.connect(o.host, o.port, 2000, &why) == 0 && c.command({"INFO", "commandstats"}, &r, &why) == 0)
+            std::fprintf(stderr, "store commands over the run:\n%s\n", r.str.c_str());
+    }
     // A rank still waiting for a register 30 s after the end is not waited for.
     int failed_procs = killed > 0 ? -1 : 0; // the killed one fails by design
     std::vector<pid_t> left = pids;

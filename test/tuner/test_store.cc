@@ -87,6 +87,11 @@ void check_contract(Store &s, const std::function<void(uint64_t comm)> &restart)
     REQUIRE(s.members(comm, e, &ms, &g2) == 0);
     CHECK(g2 != g1);
     CHECK(ms.size() == 2);
+    // "!" only asks: everyone joined, so it is told to read the members, and writes nothing.
+    CHECK(s.propose(comm, e, 0, view(0, "a"), 2, kMaxAhead, "!", held, found, &existed, &slow) == -ECANCELED);
+    uint32_t none = 9;
+    REQUIRE(s.read(comm, e, 0, 1, held, &none) == 0);
+    CHECK(none == 0);
     // A republication without a change does not move it; a change does.
     REQUIRE(s.publish(comm, e, rec(2, 102, 5000, 0xbb), false, 2, &ack) == 0);
     uint64_t g = 0;
