@@ -17,8 +17,9 @@
 #   BASE_REV=<rev> BIN=none scripts/bench_agreement.sh   # that revision alone
 #
 # Layout: RANKS_PER_HOST (8) ranks a simulated host (its own hostname and /dev/shm when run
-# as root), every rank its own process up to 1,024 ranks and MEMBERS_PER_PROC ranks a process
-# beyond (8: one process a host). Each rank asks getCollInfo RATE (200) times a second,
+# as root), every rank its own process below 1,024 ranks and MEMBERS_PER_PROC ranks a process
+# from there on (8: one process a host, each rank still its own tuner with its own thread and
+# store connection; 1,024 processes of one rank each leave a 2-core machine no time to call). Each rank asks getCollInfo RATE (200) times a second,
 # VIGIL_TUNER_BLOCK BLOCK (128): about 1.6 blocks a second; its process wakes every TICK_MS
 # (5 ms, 20 ms from 256 ranks on: 4 calls a wake). Phases: join, STEADY_S (20) s steady,
 # CHANGE_S (10) s after the change.
@@ -64,7 +65,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 LOGS=$(mktemp -d /tmp/vigil-bench-agreement.XXXXXX)
 
 RANKS_PER_HOST=${RANKS_PER_HOST:-8}
-per_proc() { if [[ -n ${MEMBERS_PER_PROC:-} ]]; then echo "$MEMBERS_PER_PROC"; elif (($1 <= 1024)); then echo 1; else echo 8; fi; }
+per_proc() { if [[ -n ${MEMBERS_PER_PROC:-} ]]; then echo "$MEMBERS_PER_PROC"; elif (($1 < 1024)); then echo 1; else echo 8; fi; }
 tick_ms() { if [[ -n ${TICK_MS:-} ]]; then echo "$TICK_MS"; elif (($1 < 256)); then echo 5; else echo 20; fi; }
 
 one() { # one BIN N LABEL [FAULT]: prints the driver's JSON line with "build" and "warns" added

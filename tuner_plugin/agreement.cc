@@ -187,27 +187,38 @@ int Agreement::resolve(Store &store, ResolveSink &sink, uint64_t block)
         std::snprintf(source, sizeof(source), "%.30s/%d/r%d", self_.host, self_.pid, self_.env_rank);
     else
         std::snprintf(source, sizeof(source), "%.30s/%d", self_.host, self_.pid);
-    // Without a copy of the members, the first call only asks whether a proposal could be
-    // made ("!": checks, never writes): while members are still joining, nobody reads the
-    // records. A proposal refused because the members' health moved is computed again from
-    // a fresh read; a few tries, then the next step (health changing faster than that is
-    // noise).
+    // The proposal, cheapest first: the last view again when it carries the generation the
+    // store still has (nothing published since: aggregating the same records with it as the
+    // previous view gives it back); else the aggregate of this member's copy of the records;
+    // without a copy, only a question ("!": the checks, no write), so nobody reads the
+    // records while members still join. A refusal because the generation moved reads the
+    // records (O(members)) and tries again; a few tries, then the next step (health changing
+    // faster than that is noise).
+    bool reuse = have_last_ && last_.gen_epoch == epoch_ && last_.gen != 0;
     for (int tries = 0; tries < 5; ++tries) {
-        const bool have = !members_gen_.empty();
         View proposal;
-        if (have) proposal = aggregate(members_, have_last_ ? &last_ : nullptr, source);
-        else std::snprintf(proposal.source, sizeof(proposal.source), "%s", source); // for the claim
+        std::string gen = "!";
+        if (reuse) {
+            proposal = last_;
+            gen = std::to_string(last_.gen);
+        } else if (!members_gen_.empty()) {
+            proposal = aggregate(members_, have_last_ ? &last_ : nullptr, source);
+            proposal.gen_epoch = epoch_;
+            proposal.gen = members_gen_num_;
+            gen = members_gen_;
+        }
+        std::snprintf(proposal.source, sizeof(proposal.source), "%s", source); // also for the claim
         bool existed = false, held_found[kMaxSpan] = {};
         Slowest slow;
         ++counts_.store_calls;
-        const int rc = store.propose(comm_, epoch_, block, proposal, nranks_, kMaxAhead, have ? members_gen_ : "!",
-                                     views, held_found, &existed, &slow);
+        const int rc =
+            store.propose(comm_, epoch_, block, proposal, nranks_, kMaxAhead, gen, views, held_found, &existed, &slow);
         if (rc == -ECANCELED) {
-            uint64_t gen = 0;
+            reuse = false;
             ++counts_.store_calls;
             ++counts_.member_reads;
-            if (int r = store.members(comm_, epoch_, &members_, &gen); r != 0) return r;
-            members_gen_ = std::to_string(gen);
+            if (int r = store.members(comm_, epoch_, &members_, &members_gen_num_); r != 0) return r;
+            members_gen_ = std::to_string(members_gen_num_);
             continue;
         }
         if (rc == -EAGAIN) {

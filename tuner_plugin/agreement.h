@@ -9,12 +9,13 @@
 //    changes, when its progress moved kProgressStep blocks, and on a heartbeat: store traffic
 //    per member does not grow with the communicator.
 //  - Resolving block b: read R[b] (and the next span() - 1 registers, one store call); if
-//    absent, propose set-if-absent the aggregate of the members' published health. The
-//    member records are read (O(members)) only when the store's health generation moved
-//    since this member last read them; otherwise the proposal is recomputed from the copy,
-//    and the store refuses it (-ECANCELED) if the generation moved meanwhile. Use whatever
-//    the register holds. Blocks are resolved in order, ahead of use, by the background
-//    thread. A member never polls a register another writes: absent means it proposes.
+//    absent, propose set-if-absent the aggregate of the members' published health. A view
+//    carries the health generation it was computed at; while the store's generation is
+//    still that of the last view, the proposal is that view again; otherwise it is computed
+//    from this member's copy of the records, read (O(members)) only after the store refused
+//    a proposal because the generation moved (-ECANCELED). Use whatever the register holds.
+//    Blocks are resolved in order, ahead of use, by the background thread. A member never
+//    polls a register another writes: absent means it proposes.
 //  - A register may be proposed only when all nRanks members have joined the epoch, and
 //    only below the slowest member's published progress + kMaxAhead; the store checks both
 //    atomically with the write.
@@ -138,6 +139,7 @@ private:
     uint32_t digests_seen_ = 0;
     std::vector<MemberRecord> members_;
     std::string members_gen_; // generation members_ were read at ("" : not read)
+    uint64_t members_gen_num_ = 0;
     View last_;
     bool have_last_ = false;
     std::string last_error_;

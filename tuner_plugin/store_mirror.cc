@@ -10,9 +10,9 @@
 // mirror is a cache: a torn, missing or overwritten slot is a miss, and a miss goes to the
 // store. It holds no state of its own: removing the file loses nothing.
 //
-// One voice: a rank that misses the mirror claims the block's read; the host's other ranks
-// that miss it while that one read is under way are told to ask again shortly
-// (-EINPROGRESS), not to ask the store.
+// One voice: a rank that misses the mirror claims the block; the host's other ranks that
+// miss it while that rank reads the register (and, if absent, proposes it) are told to ask
+// again shortly (-EINPROGRESS), not to ask the store.
 //
 // Layout (the 1 in the name is the layout's version): kSlots slots of MirrorSlot, indexed by
 // block % kSlots, each under a seqlock whose writer claims it with a compare-and-swap (a
@@ -95,6 +95,11 @@ public:
                                             existed, slow));
         if (rc == 0)
             for (uint32_t i = 0; i < span() && found[i]; ++i) put(comm, epoch, block + i, held[i]);
+        // The read that found the register absent kept this host's claim for this proposal.
+        if (auto it = pending_.find(comm); it != pending_.end() && it->second.first == block) {
+            release(comm, block, it->second.second);
+            pending_.erase(it);
+        }
         return rc;
     }
 
@@ -113,9 +118,10 @@ public:
         const int rc = pass(inner_->read(comm, epoch, block, count, out, found));
         if (rc == 0)
             for (uint32_t i = 0; i < *found; ++i) put(comm, epoch, block + i, out[i]);
-        // The claim covers this read only: a register absent or a store that fails is for
-        // each rank to meet itself (it proposes, or learns why it waits).
-        release(comm, block, claimed);
+        // Absent: the claim stays for the proposal this rank makes next (propose() releases
+        // it, or it lapses), so the host's other ranks neither read nor propose meanwhile.
+        if (rc == 0 && *found == 0 && claimed != 0) pending_[comm] = {block, claimed};
+        else release(comm, block, claimed);
         return rc;
     }
 
@@ -127,6 +133,7 @@ public:
 
     void forget(uint64_t comm) override
     {
+        pending_.erase(comm);
         if (auto it = maps_.find(comm); it != maps_.end()) {
             unmap(it->second);
             maps_.erase(it);
@@ -266,6 +273,7 @@ private:
 
     std::unique_ptr<Store> inner_;
     std::map<uint64_t, Map> maps_;
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> pending_; // comm -> (block, claim) kept for propose()
 };
 
 } // namespace

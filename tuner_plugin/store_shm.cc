@@ -33,7 +33,7 @@ namespace vigil::tuner {
 namespace {
 
 constexpr char kMagic[8] = {'V', 'G', 'L', 'T', 'S', 'T', '0', '1'};
-constexpr uint32_t kVersion = 2; // 2: the health generation
+constexpr uint32_t kVersion = 3; // 2: the health generation; 3: views carry it
 
 struct ShmHeader {
     char magic[8];

@@ -483,6 +483,7 @@ int main(int argc, char **argv)
         fault_stats = store_stats(o, &f1) && fault_stats;
     }
     ctl->phase.store(kStop);
+    const uint64_t t_stop = now_ns();
     {
         // What the store served over the whole run, command by command (the driver's log).
         RedisConnection c;
@@ -581,7 +582,7 @@ int main(int argc, char **argv)
                 (s1.evals - s0.evals) / steady / n, (s1.gets - s0.gets) / steady / n,
                 100.0 * (s1.cpu_s - s0.cpu_s) / steady, 100.0 * (c1 - c0) / steady / n, change,
                 (s2.commands - s1.commands) / change / n, 100.0 * (s2.cpu_s - s1.cpu_s) / change, s1.clients,
-                calls / n / (static_cast<double>(t_end - join_start) / 1e9), waits, median(p50), median(p99),
+                calls / n / (static_cast<double>(t_stop - join_start) / 1e9), waits, median(p50), median(p99),
                 worst_p99, saw_change, agree && saw_change == o.ranks ? "true" : "false",
                 agreed_block == UINT64_MAX ? -1LL : static_cast<long long>(agreed_block),
                 victim.changed_block == UINT64_MAX ? -1LL
