@@ -179,15 +179,8 @@ int run_proc(const Options &o, Control *ctl, uint32_t first, uint32_t count, uin
     for (uint32_t i = 0; i < count; ++i) {
         m[i].rank = first + i;
         m[i].tuner = std::make_unique<Tuner>(cfg);
-        CommInfo info;
-        info.comm = comm;
-        info.has_comm = true;
-        info.nranks = o.ranks;
-        info.nnodes = o.hosts;
-        info.abi = 5;
-        info.model = default_model();
         std::string why;
-        if (m[i].tuner->open(info, std::make_unique<PhaseHealth>(ctl, m[i].rank == 0), &m[i].ctx, &why) != 0 ||
+        if (m[i].tuner->open(comm_info(comm, o.ranks, o.hosts, 5), std::make_unique<PhaseHealth>(ctl, m[i].rank == 0), &m[i].ctx, &why) != 0 ||
             !m[i].ctx->agreeing()) {
             std::fprintf(stderr, "rank %u: open: %s\n", m[i].rank, why.c_str());
             ctl->failed.fetch_add(1);

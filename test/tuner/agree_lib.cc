@@ -70,6 +70,18 @@ LatencyModel default_model()
     return m;
 }
 
+CommInfo comm_info(uint64_t comm, size_t nranks, size_t nnodes, int abi)
+{
+    CommInfo info;
+    info.comm = comm;
+    info.has_comm = true;
+    info.nranks = nranks;
+    info.nnodes = nnodes;
+    info.abi = abi;
+    info.model = default_model();
+    return info;
+}
+
 uint64_t pack(const Choice &c, int channels, uint64_t chunk)
 {
     return static_cast<uint64_t>(c.algo + 1) | static_cast<uint64_t>(c.proto + 1) << 4 |

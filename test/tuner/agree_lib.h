@@ -37,6 +37,9 @@ NicHealth nic(const char *name, uint8_t state, uint16_t permille);
 void fill_table(int coll, uint64_t bytes, float *table);
 /// A latency model with the order of NCCL's default constants.
 LatencyModel default_model();
+/// What NCCL's init tells the tuner about communicator `comm` (tuner `abi`, with
+/// default_model()'s constants).
+CommInfo comm_info(uint64_t comm, size_t nranks, size_t nnodes, int abi = 6);
 
 /// One call's outcome, packed: algo, proto, channels, chunk / 16.
 uint64_t pack(const Choice &c, int channels, uint64_t chunk);

@@ -286,14 +286,7 @@ TEST_CASE("16 ranks of one host: the store serves about one round trip a block, 
     std::vector<Context *> ctx(kRanks, nullptr);
     for (int r = 0; r < kRanks; ++r) {
         tuners.push_back(std::make_unique<Tuner>(cfg)); // its own thread and connection, as a process
-        CommInfo info;
-        info.comm = comm;
-        info.has_comm = true;
-        info.nranks = kRanks;
-        info.nnodes = 2;
-        info.abi = 6;
-        info.model = default_model();
-        REQUIRE(tuners.back()->open(info, std::make_unique<ScriptedHealth>(t0, std::vector<ScriptedHealth::Step>{
+        REQUIRE(tuners.back()->open(comm_info(comm, kRanks, 2), std::make_unique<ScriptedHealth>(t0, std::vector<ScriptedHealth::Step>{
                                                                                   {0, {nic("eth0", 0, 1000)}}}),
                                     &ctx[static_cast<size_t>(r)], &why) == 0);
     }
