@@ -7,9 +7,11 @@
 // path no longer names the mapped file and attaches to (or creates) the new one, whose
 // epoch differs.
 //
-//   ShmHeader                          (256 bytes; `ready` is stored last by the creator)
+//   ShmHeader                          (256 bytes; `ready` is stored last by the creator;
+//                                       `gen`: the health generation, bumped by publish)
 //   ShmMember[max_members]             (id 0 free; record under a seqlock)
 //   ShmRegister[kShmRing]              (tag = (block + 1) << 2 | 1 writing, | 2 written)
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,7 +33,7 @@ namespace vigil::tuner {
 namespace {
 
 constexpr char kMagic[8] = {'V', 'G', 'L', 'T', 'S', 'T', '0', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 3; // 2: the health generation; 3: views carry it
 
 struct ShmHeader {
     char magic[8];
@@ -45,7 +47,8 @@ struct ShmHeader {
     uint64_t epoch;
     std::atomic<uint32_t> ready;
     std::atomic<uint32_t> members_used; ///< high-water mark of claimed slots
-    uint8_t pad[256 - 8 - 6 * 4 - 2 * 8 - 2 * 4];
+    std::atomic<uint64_t> gen;          ///< health generation (Store::publish)
+    uint8_t pad[256 - 8 - 6 * 4 - 2 * 8 - 2 * 4 - 8];
 };
 static_assert(sizeof(ShmHeader) == 256);
 
@@ -105,6 +108,7 @@ public:
     }
 
     std::string describe() const override { return "shm:/dev/shm/vigil-tstore-" + std::to_string(getuid()) + "-*"; }
+    bool local() const override { return true; }
 
     int epoch(uint64_t comm, uint64_t *out) override
     {
@@ -121,7 +125,8 @@ public:
         return 0;
     }
 
-    int publish(uint64_t comm, uint64_t epoch, const MemberRecord &m, uint32_t *count) override
+    int publish(uint64_t comm, uint64_t epoch, const MemberRecord &m, bool health_changed, uint32_t need,
+                PublishAck *ack) override
     {
         Segment *s = nullptr;
         if (int rc = current(comm, epoch, &s); rc != 0) return rc;
@@ -148,18 +153,172 @@ public:
         std::atomic_thread_fence(std::memory_order_release);
         std::memcpy(&slot->rec, &m, sizeof(m));
         slot->seq.store((seq | 1) + 1, std::memory_order_release);
-        *count = count_members(*s);
+        // After the record: a proposer that reads the new generation reads this record too.
+        if (health_changed || seq == 0) h->gen.fetch_add(1, std::memory_order_acq_rel);
+        std::vector<MemberRecord> all;
+        read_members(*s, &all);
+        ack->members = static_cast<uint32_t>(all.size());
+        std::vector<uint64_t> d;
+        uint64_t low = UINT64_MAX;
+        for (const MemberRecord &x : all) {
+            d.push_back(x.rules_digest);
+            low = std::min(low, x.progress);
+        }
+        std::sort(d.begin(), d.end());
+        ack->digests = static_cast<uint32_t>(std::unique(d.begin(), d.end()) - d.begin());
+        ack->min_progress = all.size() >= need && !all.empty() ? low : 0;
         return 0;
     }
 
-    int members(uint64_t comm, uint64_t epoch, std::vector<MemberRecord> *out) override
+    int members(uint64_t comm, uint64_t epoch, std::vector<MemberRecord> *out, uint64_t *gen) override
     {
         out->clear();
         Segment *s = nullptr;
         if (int rc = current(comm, epoch, &s); rc != 0) return rc;
-        const uint32_t used = std::min(s->hdr()->members_used.load(std::memory_order_acquire), s->hdr()->max_members);
+        // The generation first: a record published after it bumps it again, and the proposal
+        // computed from this read is refused (-ECANCELED).
+        *gen = s->hdr()->gen.load(std::memory_order_acquire);
+        read_members(*s, out);
+        return 0;
+    }
+
+    int digests(uint64_t comm, uint64_t epoch, std::vector<std::pair<uint64_t, std::string>> *out) override
+    {
+        out->clear();
+        Segment *s = nullptr;
+        if (int rc = current(comm, epoch, &s); rc != 0) return rc;
+        std::vector<MemberRecord> all;
+        read_members(*s, &all);
+        for (const MemberRecord &m : all) {
+            bool seen = false;
+            for (const auto &d : *out) seen |= d.first == m.rules_digest;
+            if (seen) continue;
+            char name[96];
+            if (m.env_rank >= 0) std::snprintf(name, sizeof(name), "%.63s/%d/r%d", m.host, m.pid, m.env_rank);
+            else std::snprintf(name, sizeof(name), "%.63s/%d", m.host, m.pid);
+            out->emplace_back(m.rules_digest, name);
+        }
+        return 0;
+    }
+
+    int propose(uint64_t comm, uint64_t epoch, uint64_t block, const View &proposal, uint32_t need_members,
+                uint64_t max_ahead, const std::string &gen, View *held, bool *found, bool *existed,
+                Slowest *slow) override
+    {
+        Segment *s = nullptr;
+        if (int rc = current(comm, epoch, &s); rc != 0) return rc;
+        found[0] = false;
+        // Checks of the whole proposal (the register slot's own come in propose_one).
+        if (int rc = propose_one(*s, block, nullptr, held, existed); rc != -ENOENT) {
+            found[0] = rc == 0;
+            return rc;
+        }
+        if (need_members != 0 && count_members(*s) < need_members) return -EAGAIN;
+        if (!gen.empty() && gen != std::to_string(s->hdr()->gen.load(std::memory_order_acquire))) return -ECANCELED;
+        if (max_ahead != 0) {
+            std::vector<MemberRecord> all;
+            read_members(*s, &all);
+            const MemberRecord *low = nullptr;
+            for (const MemberRecord &m : all)
+                if (low == nullptr || m.progress < low->progress) low = &m;
+            if (low != nullptr && low->progress != UINT64_MAX && block >= low->progress + max_ahead) {
+                slow->have = true;
+                slow->rec = *low;
+                slow->progress = low->progress;
+                return -EOVERFLOW;
+            }
+        }
+        const int rc = propose_one(*s, block, &proposal, held, existed);
+        found[0] = rc == 0;
+        return rc;
+    }
+
+    int read(uint64_t comm, uint64_t epoch, uint64_t block, uint32_t count, View *out, uint32_t *found) override
+    {
+        *found = 0;
+        Segment *s = nullptr;
+        if (int rc = current(comm, epoch, &s); rc != 0) return rc;
+        for (uint32_t i = 0; i < std::min(count, kMaxSpan); ++i) {
+            ShmRegister *r = s->reg(block + i);
+            if (r->tag.load(std::memory_order_acquire) != tag_of(block + i, kWritten)) return 0;
+            View v;
+            std::memcpy(&v, &r->value, sizeof(View));
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (r->tag.load(std::memory_order_relaxed) != tag_of(block + i, kWritten)) return 0; // reused meanwhile
+            v.source[sizeof(v.source) - 1] = '\0';
+            out[i] = v;
+            *found = i + 1;
+        }
+        return 0;
+    }
+
+    int reassert(uint64_t comm, uint64_t epoch, const std::vector<uint64_t> &blocks, const std::vector<View> &views,
+                 uint32_t *conflicts) override
+    {
+        *conflicts = 0;
+        for (size_t i = 0; i < blocks.size(); ++i) {
+            View held;
+            bool existed = false;
+            Segment *s = nullptr;
+            if (int rc = current(comm, epoch, &s); rc != 0) return rc;
+            const int rc = propose_one(*s, blocks[i], &views[i], &held, &existed);
+            if (rc == -ERANGE || rc == -EAGAIN) continue; // a newer block owns the slot: no one needs ours
+            if (rc != 0) return rc;
+            if (existed && !held.same(views[i])) ++*conflicts;
+        }
+        return 0;
+    }
+
+    void forget(uint64_t comm) override
+    {
+        auto it = segs_.find(comm);
+        if (it == segs_.end()) return;
+        it->second.close();
+        segs_.erase(it);
+    }
+
+private:
+    // One register: R[block] into *held (*existed) when written; else, with a `proposal`,
+    // writes it (set-if-absent on the slot, when no member can still need the slot's older
+    // block); without one, -ENOENT.
+    int propose_one(Segment &s, uint64_t block, const View *proposal, View *held, bool *existed)
+    {
+        ShmRegister *r = s.reg(block);
+        for (int spins = 0;; ++spins) {
+            uint64_t tag = r->tag.load(std::memory_order_acquire);
+            if (tag == tag_of(block, kWritten)) {
+                std::memcpy(held, &r->value, sizeof(View));
+                held->source[sizeof(held->source) - 1] = '\0';
+                *existed = true;
+                return 0;
+            }
+            if (tag == tag_of(block, kWriting)) { // a writer is between its claim and publish
+                if (spins > 1000000) {
+                    error_ = "register writer never finished";
+                    return -EIO;
+                }
+                std::this_thread::yield();
+                continue;
+            }
+            if (tag != 0 && (tag >> 2) - 1 > block) return -ERANGE;
+            if (proposal == nullptr) return -ENOENT;
+            if (tag != 0 && !all_past(s, (tag >> 2) - 1)) return -EAGAIN; // slot still needed
+            if (!r->tag.compare_exchange_strong(tag, tag_of(block, kWriting), std::memory_order_acq_rel)) continue;
+            std::memcpy(&r->value, proposal, sizeof(View));
+            r->tag.store(tag_of(block, kWritten), std::memory_order_release);
+            *held = *proposal;
+            *existed = false;
+            return 0;
+        }
+    }
+
+    // The published records (seqlock reads; a claimed slot with nothing published yet is
+    // skipped).
+    void read_members(const Segment &s, std::vector<MemberRecord> *out) const
+    {
+        const uint32_t used = std::min(s.hdr()->members_used.load(std::memory_order_acquire), s.hdr()->max_members);
         for (uint32_t i = 0; i < used; ++i) {
-            ShmMember *slot = s->member(i);
+            ShmMember *slot = s.member(i);
             if (slot->id.load(std::memory_order_acquire) == 0) continue;
             for (int tries = 0; tries < 1000; ++tries) {
                 const uint64_t a = slot->seq.load(std::memory_order_acquire);
@@ -178,83 +337,8 @@ public:
                 break;
             }
         }
-        return 0;
     }
 
-    int propose(uint64_t comm, uint64_t epoch, uint64_t block, const View &proposal, uint32_t need_members,
-                View *held, bool *existed) override
-    {
-        Segment *s = nullptr;
-        if (int rc = current(comm, epoch, &s); rc != 0) return rc;
-        ShmRegister *r = s->reg(block);
-        for (int spins = 0;; ++spins) {
-            uint64_t tag = r->tag.load(std::memory_order_acquire);
-            if (tag == tag_of(block, kWritten)) {
-                std::memcpy(held, &r->value, sizeof(View));
-                *existed = true;
-                return 0;
-            }
-            if (tag == tag_of(block, kWriting)) { // a writer is between its claim and publish
-                if (spins > 1000000) {
-                    error_ = "register writer never finished";
-                    return -EIO;
-                }
-                std::this_thread::yield();
-                continue;
-            }
-            if (tag != 0 && (tag >> 2) - 1 > block) return -ERANGE;
-            if (need_members != 0 && count_members(*s) < need_members) return -EAGAIN;
-            if (tag != 0 && !all_past(*s, (tag >> 2) - 1)) return -EAGAIN; // slot still needed
-            if (!r->tag.compare_exchange_strong(tag, tag_of(block, kWriting), std::memory_order_acq_rel)) continue;
-            std::memcpy(&r->value, &proposal, sizeof(View));
-            r->tag.store(tag_of(block, kWritten), std::memory_order_release);
-            *held = proposal;
-            *existed = false;
-            return 0;
-        }
-    }
-
-    int read(uint64_t comm, uint64_t epoch, uint64_t block, View *out, bool *found) override
-    {
-        Segment *s = nullptr;
-        if (int rc = current(comm, epoch, &s); rc != 0) return rc;
-        ShmRegister *r = s->reg(block);
-        *found = false;
-        if (r->tag.load(std::memory_order_acquire) != tag_of(block, kWritten)) return 0;
-        View v;
-        std::memcpy(&v, &r->value, sizeof(View));
-        std::atomic_thread_fence(std::memory_order_acquire);
-        if (r->tag.load(std::memory_order_relaxed) != tag_of(block, kWritten)) return 0; // reused meanwhile
-        v.source[sizeof(v.source) - 1] = '\0';
-        *out = v;
-        *found = true;
-        return 0;
-    }
-
-    int reassert(uint64_t comm, uint64_t epoch, const std::vector<uint64_t> &blocks, const std::vector<View> &views,
-                 uint32_t *conflicts) override
-    {
-        *conflicts = 0;
-        for (size_t i = 0; i < blocks.size(); ++i) {
-            View held;
-            bool existed = false;
-            const int rc = propose(comm, epoch, blocks[i], views[i], 0, &held, &existed);
-            if (rc == -ERANGE || rc == -EAGAIN) continue; // a newer block owns the slot: no one needs ours
-            if (rc != 0) return rc;
-            if (existed && !held.same(views[i])) ++*conflicts;
-        }
-        return 0;
-    }
-
-    void forget(uint64_t comm) override
-    {
-        auto it = segs_.find(comm);
-        if (it == segs_.end()) return;
-        it->second.close();
-        segs_.erase(it);
-    }
-
-private:
     uint32_t count_members(const Segment &s) const
     {
         uint32_t n = 0;
@@ -290,27 +374,6 @@ private:
         return buf;
     }
 
-    // Removes segments of this user that nobody holds and that are older than 10 s (a
-    // younger one may be a creator between open and flock).
-    void reap() const
-    {
-        DIR *d = opendir("/dev/shm");
-        if (d == nullptr) return;
-        const std::string prefix = "vigil-tstore-" + std::to_string(getuid()) + "-";
-        while (dirent *e = readdir(d)) {
-            if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-            const std::string p = std::string("/dev/shm/") + e->d_name;
-            const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-            if (fd < 0) continue;
-            struct stat st{};
-            if (fstat(fd, &st) == 0 && st.st_uid == getuid() && time(nullptr) - st.st_mtime > 10 &&
-                flock(fd, LOCK_EX | LOCK_NB) == 0)
-                ::unlink(p.c_str());
-            ::close(fd);
-        }
-        closedir(d);
-    }
-
     int fail(const std::string &what, int e)
     {
         error_ = what + ": " + std::strerror(e);
@@ -330,7 +393,7 @@ private:
         bool created = false;
         s.fd = ::open(s.path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
         if (s.fd < 0 && errno == ENOENT) {
-            reap();
+            reap_stale_segments("vigil-tstore-" + std::to_string(getuid()) + "-");
             s.fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
             created = s.fd >= 0;
             if (s.fd < 0 && errno == EEXIST) s.fd = ::open(s.path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -426,6 +489,24 @@ private:
 };
 
 } // namespace
+
+void reap_stale_segments(const std::string &stem)
+{
+    DIR *d = opendir("/dev/shm");
+    if (d == nullptr) return;
+    while (dirent *e = readdir(d)) {
+        if (std::strncmp(e->d_name, stem.c_str(), stem.size()) != 0) continue;
+        const std::string p = std::string("/dev/shm/") + e->d_name;
+        const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) continue;
+        struct stat st{};
+        if (fstat(fd, &st) == 0 && st.st_uid == getuid() && time(nullptr) - st.st_mtime > 10 &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0)
+            ::unlink(p.c_str());
+        ::close(fd);
+    }
+    closedir(d);
+}
 
 std::unique_ptr<Store> make_shm_store(uint32_t max_members)
 {

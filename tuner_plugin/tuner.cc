@@ -204,18 +204,14 @@ void Context::wait_for(uint64_t b) noexcept
     waits_.store(waits_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     waiting_since_.store(t0, std::memory_order_release);
     tuner_.wake();
-    for (int i = 0;; ++i) {
-        if (const View *v = agr_->view_at(b)) {
-            cur_view_ = *v;
-            break;
-        }
-        if (i < 64) {
-            sched_yield();
-        } else {
-            const timespec ts{0, 200000};
-            nanosleep(&ts, nullptr);
-            if (i % 64 == 0) tuner_.wake();
-        }
+    {
+        // Asleep until the background thread resolves the block: it notifies under the
+        // mutex, so no wake-up is lost, and retries on its own schedule (the 1 s bound is a
+        // safety net only). Thousands of ranks waiting for their last member cost no CPU.
+        std::unique_lock lk(wait_mu_);
+        const View *v = nullptr;
+        while ((v = agr_->view_at(b)) == nullptr) wait_cv_.wait_for(lk, std::chrono::seconds(1));
+        cur_view_ = *v;
     }
     waiting_since_.store(0, std::memory_order_release);
     wait_ns_.store(wait_ns_.load(std::memory_order_relaxed) + (now_ns() - t0), std::memory_order_relaxed);
@@ -300,6 +296,7 @@ Tuner *Tuner::acquire()
         c.strict = load.values.tuner_strict;
         c.steer = load.values.tuner_steer;
         c.publish_ms = static_cast<int>(load.values.tuner_publish_ms);
+        c.heartbeat_s = static_cast<int>(load.values.tuner_heartbeat_s);
         c.ttl_s = static_cast<int>(load.values.tuner_store_ttl_s);
         c.store_timeout_ms = static_cast<int>(load.values.tuner_store_timeout_ms);
         std::string kind, host;
@@ -408,6 +405,8 @@ Store *Tuner::store_for(const CommInfo &info, std::string *why_off)
     if (!redis_store_ && !redis_unavailable_) {
         std::string lib_why;
         redis_store_ = make_redis_store(store_host_, store_port_, cfg_.ttl_s, cfg_.store_timeout_ms, &lib_why);
+        // The host's ranks share what one of them read: the store's load grows with the hosts.
+        if (redis_store_) redis_store_ = make_host_mirror(std::move(redis_store_));
         if (!redis_store_) {
             redis_unavailable_ = true;
             VLOG_WARN("VIGIL_TUNER_STORE=%s needs hiredis: %s; rules without a health field apply, health "
@@ -436,8 +435,12 @@ int Tuner::open(const CommInfo &info, std::unique_ptr<HealthSource> health, Cont
         self.pid = static_cast<int32_t>(getpid());
         self.env_rank = env_rank();
         self.rules_digest = c->rules_->digest;
+        Pacing pacing;
+        pacing.lookahead = cfg_.lookahead;
+        pacing.heartbeat_ns = static_cast<uint64_t>(std::clamp(cfg_.heartbeat_s, 1, std::max(cfg_.ttl_s / 4, 1))) *
+                              1'000'000'000ull;
         c->agr_ = std::make_unique<Agreement>(info.comm, static_cast<uint32_t>(std::min<size_t>(info.nranks, UINT32_MAX)),
-                                              self, cfg_.lookahead);
+                                              self, pacing);
         c->store_ = store;
         c->steer_ = cfg_.steer && info.model.valid;
         if (cfg_.steer && !info.model.valid) off = "no tuning constants (tuner v" + std::to_string(info.abi) + ")";
@@ -542,7 +545,8 @@ void Tuner::run(std::shared_ptr<std::atomic<bool>> stop)
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     while (!stop->load()) {
-        bool busy = false;
+        uint64_t due = UINT64_MAX;
+        kick_.store(false, std::memory_order_release);
         {
             std::lock_guard work(work_mu_);
             std::vector<Context *> snapshot;
@@ -551,54 +555,106 @@ void Tuner::run(std::shared_ptr<std::atomic<bool>> stop)
                 snapshot = contexts_;
             }
             const uint64_t now = now_ns();
-            for (Context *c : snapshot) busy |= serve(*c, now);
+            for (Context *c : snapshot) due = std::min(due, serve(*c, now));
         }
+        // Asleep until a context is due (its next health read, a retry, or the time its
+        // calls may reach the lookahead), a context opens or closes, or a call waits.
         std::unique_lock lk(mu_);
-        if (!busy && !stop->load()) cv_.wait_for(lk, std::chrono::milliseconds(1));
+        const uint64_t now = now_ns();
+        if (due > now)
+            cv_.wait_for(lk, std::chrono::nanoseconds(std::min<uint64_t>(due - now, 1'000'000'000ull)),
+                         [&] { return stop->load() || kick_.load(std::memory_order_acquire); });
     }
 }
 
-bool Tuner::serve(Context &c, uint64_t now)
+uint64_t Tuner::serve(Context &c, uint64_t now)
 {
-    bool busy = false;
+    const uint64_t publish_ns = static_cast<uint64_t>(cfg_.publish_ms) * 1'000'000ull;
+    uint64_t due = now + publish_ns;
     if (c.agr_) {
-        const bool publish = now >= c.next_publish_ns_ || c.agr_->epoch() == 0;
+        const bool fresh = now >= c.next_publish_ns_;
         MemberRecord health;
-        if (publish) {
+        if (fresh) {
             c.health_->read(&health);
-            c.next_publish_ns_ = now + static_cast<uint64_t>(cfg_.publish_ms) * 1000000ull;
+            c.next_publish_ns_ = now + publish_ns;
         }
-        Sink sink(c.info_.comm, cfg_.block, &c.last_view_, &c.have_last_view_, &c.view_changes_);
-        busy = c.agr_->step(*c.store_, health, publish, sink);
+        // How long the calls stay in one block, so that the thread looks again well before
+        // they reach the lookahead: the only clock the hot path gives it is its progress.
+        const uint64_t progress = c.agr_->progress();
+        if (progress != c.seen_progress_) {
+            if (c.seen_progress_ns_ != 0 && progress > c.seen_progress_) {
+                const uint64_t sample = (now - c.seen_progress_ns_) / (progress - c.seen_progress_);
+                c.block_ns_ = c.block_ns_ == 0 ? sample : (3 * c.block_ns_ + sample) / 4;
+            }
+            c.seen_progress_ = progress;
+            c.seen_progress_ns_ = now;
+        }
+        const bool waiting = c.waiting_since_.load(std::memory_order_acquire) != 0;
+        if (now >= c.retry_ns_ || fresh) {
+            Sink sink(c.info_.comm, cfg_.block, &c.last_view_, &c.have_last_view_, &c.view_changes_);
+            switch (c.agr_->step(*c.store_, health, fresh, now, sink)) {
+            case Agreement::Step::kMore:
+                c.backoff_ns_ = 0;
+                c.retry_ns_ = 0;
+                due = now;
+                break;
+            case Agreement::Step::kBlocked:
+                // Back off (1 ms doubling to 100 ms): thousands of ranks waiting for their
+                // last member or a store must not become a storm of retries.
+                c.backoff_ns_ = std::clamp<uint64_t>(c.backoff_ns_ * 2, 1'000'000ull, 100'000'000ull);
+                c.retry_ns_ = now + c.backoff_ns_;
+                break;
+            case Agreement::Step::kIdle:
+                c.backoff_ns_ = 0;
+                c.retry_ns_ = 0;
+                break;
+            }
+        }
+        if (waiting && c.agr_->view_at(progress) != nullptr) {
+            std::lock_guard lk(c.wait_mu_);
+            c.wait_cv_.notify_all();
+        }
+        if (c.retry_ns_ != 0) due = std::min(due, c.retry_ns_);
+        else if (due > now) due = std::min(due, now + std::clamp<uint64_t>(c.block_ns_ / 2, 1'000'000ull, publish_ns));
+        due = std::min(due, c.next_publish_ns_);
         const uint64_t since = c.waiting_since_.load(std::memory_order_acquire);
-        if (since != 0 && now > since && now - since >= 10'000'000'000ull && now - c.last_wait_warn_ns_ >= 10'000'000'000ull) {
+        if (waiting && since != 0 && now > since && now - since >= 10'000'000'000ull &&
+            now - c.last_wait_warn_ns_ >= 10'000'000'000ull) {
             c.last_wait_warn_ns_ = now;
             const uint64_t b = c.agr_->progress();
-            VLOG_WARN("comm %016llx: waiting %.0f s for the agreed view of block %llu (collective %llu), store %s: %s",
+            VLOG_WARN("comm %016llx: waiting %.0f s for the agreed view of block %llu (collective %llu): %s",
                       static_cast<unsigned long long>(c.info_.comm), static_cast<double>(now - since) / 1e9,
                       static_cast<unsigned long long>(b), static_cast<unsigned long long>(b * cfg_.block),
-                      c.store_->describe().c_str(),
-                      c.agr_->last_error().empty() ? "no answer yet" : c.agr_->last_error().c_str());
+                      c.agr_->last_error().empty() ? ("store " + c.store_->describe() + ": no answer yet").c_str()
+                                                   : c.agr_->last_error().c_str());
         }
-        if (!c.rules_mismatch_warned_) {
-            for (const MemberRecord &m : c.agr_->members())
-                if (m.rules_digest != c.rules_->digest && m.progress != UINT64_MAX) {
-                    c.rules_mismatch_warned_ = true;
-                    VLOG_WARN("comm %016llx: rank on %s pid %d uses rules digest %016llx, this rank %016llx: ranks "
-                              "with different rules files may choose differently and hang NCCL",
-                              static_cast<unsigned long long>(c.info_.comm), m.host, m.pid,
-                              static_cast<unsigned long long>(m.rules_digest),
-                              static_cast<unsigned long long>(c.rules_->digest));
-                    break;
-                }
-        }
+        if (waiting) due = std::min<uint64_t>(due, now + 10'000'000'000ull);
+        if (!c.rules_mismatch_warned_ && c.agr_->digests_seen() > 1) warn_rules_mismatch(c);
     }
     drain_notes(c);
     if (now >= c.next_status_ns_) {
         write_status(c);
         c.next_status_ns_ = now + 50'000'000ull;
     }
-    return busy;
+    return due;
+}
+
+void Tuner::warn_rules_mismatch(Context &c)
+{
+    std::vector<std::pair<uint64_t, std::string>> d;
+    if (c.store_->digests(c.info_.comm, c.agr_->epoch(), &d) != 0) return; // the next publication tries again
+    c.rules_mismatch_warned_ = true;
+    std::string list;
+    for (const auto &[digest, who] : d) {
+        char buf[128];
+        std::snprintf(buf, sizeof(buf), "%s%016llx (first %s)", list.empty() ? "" : ", ",
+                      static_cast<unsigned long long>(digest), who.c_str());
+        list += buf;
+    }
+    VLOG_WARN("comm %016llx: ranks use %zu different rules digests: %s; this rank %016llx: ranks with different "
+              "rules files may choose differently and hang NCCL",
+              static_cast<unsigned long long>(c.info_.comm), d.size(), list.c_str(),
+              static_cast<unsigned long long>(c.rules_->digest));
 }
 
 void Tuner::drain_notes(Context &c)

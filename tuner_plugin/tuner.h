@@ -28,7 +28,8 @@ struct Config {
     std::string store = "auto";  ///< VIGIL_TUNER_STORE as given
     bool strict = false;         ///< a bad rules file or store fails init
     bool steer = true;           ///< health steering (re-estimation) on
-    int publish_ms = 100;        ///< health publication period
+    int publish_ms = 100;        ///< how often local health is read (published when it changed)
+    int heartbeat_s = 60;        ///< republication period without a change (capped at ttl_s / 4)
     int ttl_s = 86400;           ///< Redis key expiry
     int store_timeout_ms = 1000; ///< Redis connect/command bound
     uint32_t lookahead = 2;      ///< blocks resolved ahead of use
@@ -61,8 +62,9 @@ class Tuner;
 
 /// One communicator's tuner context. get_coll_info/get_chunk_size run on the thread NCCL
 /// calls from, one call at a time per communicator (NCCL serialises a communicator's group
-/// launch); they never block except to wait for an unresolved register, never allocate,
-/// never make a system call on their common path, and never fail.
+/// launch); they never block except to wait for an unresolved register (asleep on a
+/// condition variable the background thread notifies), never allocate, never make a system
+/// call on their common path, and never fail.
 class Context
 {
 public:
@@ -85,6 +87,9 @@ public:
     bool agreeing() const { return agr_ != nullptr; }
     /// Blocks whose view is resolved (0 without an agreement). Any thread.
     uint64_t resolved_blocks() const { return agr_ ? agr_->resolved() : 0; }
+    /// The agreement (null with steering off), for its counters. Background-thread data:
+    /// read it after close() or from the tuner's own thread.
+    const Agreement *agreement() const { return agr_.get(); }
 
     /// The tuner this context belongs to (finalize closes the context there).
     Tuner &tuner() const { return tuner_; }
@@ -135,6 +140,8 @@ private:
     std::atomic<uint64_t> wait_ns_{0};
     std::atomic<uint64_t> view_block_{0};
     std::atomic<uint64_t> waiting_since_{0}; ///< 0, or when the hot path began to wait
+    std::mutex wait_mu_;                     ///< a waiting hot path sleeps on wait_cv_ under it
+    std::condition_variable wait_cv_;        ///< notified when the awaited block resolves
     std::array<uint64_t, kSeen> seen_{};
     uint32_t seen_count_ = 0;
     std::array<Note, kNotes> notes_{};
@@ -148,7 +155,11 @@ private:
     bool have_last_view_ = false;
     uint64_t next_status_ns_ = 0;
     uint64_t notes_dropped_logged_ = 0;
-    uint64_t next_publish_ns_ = 0;
+    uint64_t next_publish_ns_ = 0; // next local health read
+    uint64_t retry_ns_ = 0;        // blocked on the store or on members: next try
+    uint64_t backoff_ns_ = 0;
+    uint64_t seen_progress_ = 0, seen_progress_ns_ = 0;
+    uint64_t block_ns_ = 0;        // estimated time the hot path spends in one block (0: unknown)
     uint64_t view_changes_ = 0;
     uint64_t last_wait_warn_ns_ = 0;
     bool rules_mismatch_warned_ = false;
@@ -188,16 +199,23 @@ public:
 private:
     friend class Context;
     void run(std::shared_ptr<std::atomic<bool>> stop);
-    bool serve(Context &c, uint64_t now);
+    /// One context's background work at `now`; returns when it next needs the thread.
+    uint64_t serve(Context &c, uint64_t now);
+    void warn_rules_mismatch(Context &c);
     void drain_notes(Context &c);
     void write_status(Context &c);
-    void wake() { cv_.notify_one(); }
+    void wake()
+    {
+        kick_.store(true, std::memory_order_release);
+        cv_.notify_one();
+    }
     Store *store_for(const CommInfo &info, std::string *why_off);
 
     Config cfg_;
     std::mutex mu_;      // contexts_, thread_, stop_, rules, stores' creation
     std::mutex work_mu_; // held by the thread while it serves contexts (stores are its own)
     std::condition_variable cv_;
+    std::atomic<bool> kick_{false}; // wake() since the thread last looked
     std::vector<Context *> contexts_;
     std::thread thread_;
     std::shared_ptr<std::atomic<bool>> stop_flag_; // the running thread's

@@ -61,18 +61,23 @@ std::string token(const char *s, size_t cap)
 
 std::string encode_view(const View &v)
 {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "v1 %u %u %u %u %u %016llx %s", v.state, v.permille, v.degraded_nics,
+    char buf[224];
+    // v2: v1 and the generation the proposal was computed at.
+    std::snprintf(buf, sizeof(buf), "v2 %u %u %u %u %u %016llx %s %llu %llu", v.state, v.permille, v.degraded_nics,
                   v.failed_nics, v.nodes, static_cast<unsigned long long>(v.digest),
-                  token(v.source, sizeof(v.source)).c_str());
+                  token(v.source, sizeof(v.source)).c_str(), static_cast<unsigned long long>(v.gen_epoch),
+                  static_cast<unsigned long long>(v.gen));
     return buf;
 }
 
 bool decode_view(std::string_view s, View *out)
 {
     std::vector<std::string_view> f;
-    if (s.size() > 200 || !split(s, &f, 8) || f.size() != 8 || f[0] != "v1") return false;
+    // v1 (an older proposer: no generation) or v2.
+    if (s.size() > 240 || !split(s, &f, 10) || !((f.size() == 8 && f[0] == "v1") || (f.size() == 10 && f[0] == "v2")))
+        return false;
     View v;
+    if (f.size() == 10 && (!num(f[8], &v.gen_epoch) || !num(f[9], &v.gen))) return false;
     unsigned state = 0, pm = 0, deg = 0, failed = 0, nodes = 0;
     if (!num(f[1], &state) || state > 2 || !num(f[2], &pm) || pm > 1000 || !num(f[3], &deg) || deg > 65535 ||
         !num(f[4], &failed) || failed > 65535 || !num(f[5], &nodes) || nodes > 65535 || !num(f[6], &v.digest, 16) ||

@@ -53,6 +53,12 @@ struct View {
     uint16_t nodes = 0;         ///< hosts that had published
     uint64_t digest = 0;        ///< FNV-1a over the sorted (host, NIC, state) list
     char source[48] = {};       ///< proposer: "host:pid" (and "/rRANK" when known)
+    /// The store's epoch and health generation the proposal was computed at (0: unknown).
+    /// Not content: a member whose last view carries the current generation proposes that
+    /// view again without reading the members (aggregate() of the same records with that
+    /// view as the previous one gives it back).
+    uint64_t gen_epoch = 0;
+    uint64_t gen = 0;
 
     Health health() const { return state <= 2 ? static_cast<Health>(state) : Health::kUnknown; }
     double fraction() const { return permille / 1000.0; }

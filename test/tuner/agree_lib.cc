@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -69,6 +70,18 @@ LatencyModel default_model()
     return m;
 }
 
+CommInfo comm_info(uint64_t comm, size_t nranks, size_t nnodes, int abi)
+{
+    CommInfo info;
+    info.comm = comm;
+    info.has_comm = true;
+    info.nranks = nranks;
+    info.nnodes = nnodes;
+    info.abi = abi;
+    info.model = default_model();
+    return info;
+}
+
 uint64_t pack(const Choice &c, int channels, uint64_t chunk)
 {
     return static_cast<uint64_t>(c.algo + 1) | static_cast<uint64_t>(c.proto + 1) << 4 |
@@ -80,8 +93,9 @@ bool RedisServer::available()
     return access("/usr/bin/redis-server", X_OK) == 0;
 }
 
-bool RedisServer::start(std::string *why)
+bool RedisServer::start(std::string *why, std::vector<std::string> extra)
 {
+    extra_ = std::move(extra);
     const int s = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -110,15 +124,23 @@ bool RedisServer::restart(std::string *why)
 bool RedisServer::spawn(std::string *why)
 {
     const std::string port = std::to_string(port_);
+    // argv before fork: the child of a threaded process must not allocate.
+    std::vector<const char *> argv = {"redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", dir_.c_str(), "--protected-mode", "yes"};
+    for (const std::string &a : extra_) argv.push_back(a.c_str());
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+        // Ends with its starter, even one killed before it could stop the server.
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
         const int devnull = ::open("/dev/null", O_WRONLY);
         if (devnull >= 0) {
             dup2(devnull, 1);
             dup2(devnull, 2);
         }
-        execl("/usr/bin/redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-              "--appendonly", "no", "--dir", dir_.c_str(), "--protected-mode", "yes", static_cast<char *>(nullptr));
+        execv("/usr/bin/redis-server", const_cast<char *const *>(argv.data()));
         _exit(127);
     }
     if (pid_ < 0) return *why = "fork failed", false;

@@ -37,6 +37,9 @@ NicHealth nic(const char *name, uint8_t state, uint16_t permille);
 void fill_table(int coll, uint64_t bytes, float *table);
 /// A latency model with the order of NCCL's default constants.
 LatencyModel default_model();
+/// What NCCL's init tells the tuner about communicator `comm` (tuner `abi`, with
+/// default_model()'s constants).
+CommInfo comm_info(uint64_t comm, size_t nranks, size_t nnodes, int abi = 6);
 
 /// One call's outcome, packed: algo, proto, channels, chunk / 16.
 uint64_t pack(const Choice &c, int channels, uint64_t chunk);
@@ -45,14 +48,16 @@ uint64_t pack(const Choice &c, int channels, uint64_t chunk);
 class RedisServer
 {
 public:
-    /// Finds a free port and starts the server; false (with *why) when it cannot.
-    bool start(std::string *why);
+    /// Finds a free port and starts the server (with `extra` arguments, kept for restarts);
+    /// false (with *why) when it cannot.
+    bool start(std::string *why, std::vector<std::string> extra = {});
     /// Starts it again on the same port (after stop()).
     bool restart(std::string *why);
     /// SIGKILL by PID and reap it.
     void stop();
     ~RedisServer() { stop(); }
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
     static bool available();
 
@@ -61,6 +66,7 @@ private:
     pid_t pid_ = -1;
     int port_ = 0;
     std::string dir_;
+    std::vector<std::string> extra_;
 };
 
 /// Writes `text` to a temporary rules file and points NCCL_TUNER_CONFIG_FILE at it.

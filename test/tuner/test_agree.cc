@@ -64,16 +64,9 @@ RankResult run_rank(Tuner &t, uint64_t comm, int rank, uint64_t t0)
     if (rank == kRanks - 1)
         std::this_thread::sleep_until(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(t0)) +
                                       std::chrono::milliseconds(static_cast<int>(kLateS * 1000)));
-    CommInfo info;
-    info.comm = comm;
-    info.has_comm = true;
-    info.nranks = kRanks;
-    info.nnodes = 2;
-    info.abi = 6;
-    info.model = default_model();
     Context *c = nullptr;
     std::string why;
-    if (t.open(info, std::make_unique<ScriptedHealth>(t0, script(rank)), &c, &why) != 0) {
+    if (t.open(comm_info(comm, kRanks, 2), std::make_unique<ScriptedHealth>(t0, script(rank)), &c, &why) != 0) {
         res.error = "open: " + why;
         return res;
     }

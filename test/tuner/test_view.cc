@@ -139,32 +139,63 @@ TEST_CASE("aggregate: worst node, NICs counted once per host, failed NIC share",
     CHECK(aggregate({}, nullptr, "q").same(h));
 }
 
+#include <map>
+
 #include "agreement.h"
 #include "store.h"
 
 namespace {
 
-// Keeps what a member publishes.
+// Keeps what a member publishes; registers in a map; counts calls.
 class RecordingStore final : public Store
 {
 public:
     std::vector<MemberRecord> published;
+    std::vector<bool> changed;
+    std::map<uint64_t, View> regs;
+    uint64_t gen = 1;
+    int member_reads = 0, proposals = 0, reads = 0;
     std::string describe() const override { return "recording"; }
     int epoch(uint64_t, uint64_t *out) override { *out = 1; return 0; }
-    int publish(uint64_t, uint64_t, const MemberRecord &m, uint32_t *count) override
+    int publish(uint64_t, uint64_t, const MemberRecord &m, bool health_changed, uint32_t, PublishAck *ack) override
     {
         published.push_back(m);
-        *count = 1;
+        changed.push_back(health_changed);
+        if (health_changed || published.size() == 1) ++gen;
+        ack->members = 1;
+        ack->digests = 1;
         return 0;
     }
-    int members(uint64_t, uint64_t, std::vector<MemberRecord> *out) override { *out = published; return 0; }
-    int propose(uint64_t, uint64_t, uint64_t, const View &p, uint32_t, View *held, bool *existed) override
+    int members(uint64_t, uint64_t, std::vector<MemberRecord> *out, uint64_t *g) override
     {
-        *held = p;
-        *existed = false;
+        ++member_reads;
+        *out = {published.back()};
+        *g = gen;
         return 0;
     }
-    int read(uint64_t, uint64_t, uint64_t, View *, bool *found) override { *found = false; return 0; }
+    int digests(uint64_t, uint64_t, std::vector<std::pair<uint64_t, std::string>> *out) override
+    {
+        out->clear();
+        return 0;
+    }
+    int propose(uint64_t, uint64_t, uint64_t block, const View &p, uint32_t, uint64_t, const std::string &g,
+                View *held, bool *found, bool *existed, Slowest *) override
+    {
+        if (g != std::to_string(gen)) return -ECANCELED;
+        ++proposals;
+        *existed = regs.count(block) != 0;
+        if (!*existed) regs[block] = p;
+        held[0] = regs[block];
+        found[0] = true;
+        return 0;
+    }
+    int read(uint64_t, uint64_t, uint64_t block, uint32_t, View *out, uint32_t *found) override
+    {
+        ++reads;
+        *found = regs.count(block);
+        if (*found) out[0] = regs[block];
+        return 0;
+    }
     int reassert(uint64_t, uint64_t, const std::vector<uint64_t> &, const std::vector<View> &,
                  uint32_t *conflicts) override
     {
@@ -184,14 +215,59 @@ struct NoSink final : ResolveSink {
 TEST_CASE("agreement: a member publishes its NICs and whether it stripes", "[view][agree]")
 {
     MemberRecord self = member("a", 1, {});
-    Agreement a(0x1234, 1, self, 1);
+    Agreement a(0x1234, 1, self, Pacing{1, 60'000'000'000});
     RecordingStore store;
     MemberRecord health = member("a", 1, {nic("eth0", 1, 250), nic("eth1", 0, 1000)});
     health.multipath = true;
     NoSink sink;
-    a.step(store, health, true, sink);
+    a.step(store, health, true, 1, sink);
     REQUIRE_FALSE(store.published.empty());
     CHECK(store.published[0].multipath);
     CHECK(store.published[0].n_nics == 2);
     CHECK(store.published[0].nics[0].permille == 250);
+}
+
+TEST_CASE("agreement: a member publishes on change and heartbeat, and reads members only when they changed",
+          "[view][agree]")
+{
+    MemberRecord self = member("a", 1, {});
+    const uint64_t beat = 60'000'000'000;
+    Agreement a(0x1234, 1, self, Pacing{1, beat});
+    RecordingStore store;
+    NoSink sink;
+    const MemberRecord ok = member("a", 1, {nic("eth0", 0, 1000)});
+    uint64_t now = 1;
+    // Joins: one publication, one member read for the first proposal.
+    a.step(store, ok, true, now, sink);
+    REQUIRE(store.published.size() == 1);
+    CHECK(store.member_reads == 1);
+    // 2000 blocks of calls with the same health, one health read per block: no publication
+    // but every kProgressStep blocks, and no member read however many proposals.
+    for (uint64_t b = 1; b <= 2000; ++b) {
+        a.set_progress(b);
+        now += 1'000'000; // 1 ms a block: the heartbeat is not due
+        a.step(store, ok, true, now, sink);
+    }
+    CHECK(a.resolved() >= 2001);
+    CHECK(store.published.size() == 1 + 2000 / kProgressStep);
+    CHECK(store.member_reads == 1);
+    // Noise below the view's step is no change; a degraded NIC is, once.
+    MemberRecord noisy = ok;
+    noisy.nics[0].permille = 980;
+    a.step(store, noisy, true, now, sink);
+    CHECK(store.published.size() == 1 + 2000 / kProgressStep);
+    MemberRecord bad = member("a", 1, {nic("eth0", 1, 250)});
+    a.set_progress(2001);
+    a.step(store, bad, true, now, sink);
+    a.step(store, bad, true, now, sink);
+    REQUIRE(store.published.size() == 2 + 2000 / kProgressStep);
+    CHECK(store.changed.back());
+    // The generation moved: the next proposal reads the members again and carries the change.
+    CHECK(store.member_reads == 2);
+    CHECK(a.view_at(a.resolved() - 1)->state == 1);
+    // The heartbeat republishes an unchanged record, as no change.
+    now += beat;
+    a.step(store, bad, true, now, sink);
+    CHECK(store.published.size() == 3 + 2000 / kProgressStep);
+    CHECK_FALSE(store.changed.back());
 }

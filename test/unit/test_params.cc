@@ -95,7 +95,7 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
 {
     const auto specs = vigil::param_specs();
     // One row per params.def line, in order (update when a variable is added).
-    REQUIRE(specs.size() == 50);
+    REQUIRE(specs.size() == 51);
     CHECK(specs[0].name == "VIGIL_SOCKET_IFNAME");
     CHECK(specs[2].name == "VIGIL_NSTREAMS");
     CHECK(specs[3].name == "VIGIL_SOCKET_NTHREADS");
@@ -110,9 +110,10 @@ TEST_CASE("param_specs: names, order and default text agree with params.def", "[
     CHECK(specs[30].name == "VIGIL_PROFILE_KERNEL_TIMEOUT_MS");
     CHECK(specs[31].name == "VIGIL_PROFILE_THREADS");
     CHECK(specs[32].name == "VIGIL_TUNER_BLOCK");
-    CHECK(specs[39].name == "VIGIL_FABRIC");
-    CHECK(specs[40].name == "VIGIL_IB_HCA");
-    CHECK(specs[49].name == "VIGIL_IB_SL");
+    CHECK(specs[37].name == "VIGIL_TUNER_HEARTBEAT_S");
+    CHECK(specs[40].name == "VIGIL_FABRIC");
+    CHECK(specs[41].name == "VIGIL_IB_HCA");
+    CHECK(specs[50].name == "VIGIL_IB_SL");
     const vigil::Params defaults;
     for (const ParamSpec &s : specs) {
         INFO(s.name);
