@@ -204,9 +204,14 @@ View aggregate(const std::vector<MemberRecord> &members, const View *previous, c
     // Steps of 50 permille (a bandwidth estimate is not finer than that), never 0.
     v.permille = static_cast<uint16_t>(v.state == 0 ? 1000 : std::max<uint32_t>(worst / 50 * 50, 50));
     v.digest = v.state == 0 ? 0 : digest;
+    // One episode (the same NICs in the same state): its fraction only falls, and only by more
+    // than one step. A degraded NIC's measured fraction swings while the episode lasts (its
+    // paths carry less once striping moves off them, and a window without a judgement reads
+    // as 1), and every swing was a view change on every rank; a NIC that recovers leaves the
+    // episode (healthy) instead.
     if (previous != nullptr && previous->state == v.state && previous->digest == v.digest &&
         previous->degraded_nics == v.degraded_nics && previous->failed_nics == v.failed_nics &&
-        (previous->permille > v.permille ? previous->permille - v.permille : v.permille - previous->permille) <= 50)
+        v.permille + 50 >= previous->permille)
         v.permille = previous->permille;
     std::snprintf(v.source, sizeof(v.source), "%s", source.c_str());
     return v;

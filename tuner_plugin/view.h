@@ -85,8 +85,10 @@ bool decode_member(std::string_view s, MemberRecord *out);
 /// fractions (a failed NIC: 0): the fraction actually achievable after the redistribution;
 /// the view takes the worst node. state: failover if any NIC failed, else degraded if any is
 /// degraded, else healthy. The fraction is rounded down to steps of 50 permille (at least
-/// 50); with `previous`, a fraction one step from the previous view's, in the same state
-/// with the same NICs, keeps the previous one (no churn from measurement noise).
+/// 50); with `previous` in the same state with the same NICs (one episode), the fraction
+/// only falls, and only by more than one step: otherwise the previous one is kept (no churn
+/// from measurement noise, nor from a degraded NIC's paths carrying less once striping moves
+/// off them).
 View aggregate(const std::vector<MemberRecord> &members, const View *previous, const std::string &source);
 
 /// "healthy", "degraded 0.25 (1 NIC)", "failover 0.75 (1 NIC failed)".

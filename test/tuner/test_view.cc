@@ -121,11 +121,17 @@ TEST_CASE("aggregate: worst node, NICs counted once per host, failed NIC share",
     // Order of members does not matter.
     std::swap(ms[0], ms[1]);
     CHECK(aggregate(ms, nullptr, "y").same(d));
-    // Steps of 50 permille; one step from the previous view (same NICs, same state): the
-    // previous fraction.
+    // Steps of 50 permille; in the previous view's episode (same NICs, same state) the
+    // fraction only falls, and only by more than one step.
     ms[1].nics[1].permille = 370;
     ms[0].nics[1].permille = 370;
     CHECK(aggregate(ms, nullptr, "z").permille == 350);
+    CHECK(aggregate(ms, &d, "z").permille == 300);
+    ms[0].nics[1].permille = 1000; // a swing up, a window without a judgement
+    ms[1].nics[1].permille = 1000;
+    CHECK(aggregate(ms, nullptr, "z").permille == 1000);
+    CHECK(aggregate(ms, &d, "z").permille == 300);
+    ms[0].nics[1].permille = 250; // one step down: noise
     CHECK(aggregate(ms, &d, "z").permille == 300);
     ms[0].nics[1].permille = 249;
     CHECK(aggregate(ms, &d, "z").permille == 200);
