@@ -108,7 +108,9 @@ bool TcpSendPath::can_post(uint64_t limit) const
         lowest = std::min(lowest, seek(s.index, &c) ? c.idx : end_idx_);
     }
     if (end_idx_ - lowest >= kFifo) return false;
-    const uint64_t queued = backlog();
+    // Few pieces: the core posts only while this stays small.
+    uint64_t queued = 0;
+    for (uint64_t i = lowest; i < end_idx_; ++i) queued += fifo_[i % kFifo].m.length;
     if (queued >= limit) return false;
     if (!unsent_fresh_) { // what the sockets hold unsent: one system call a stream, once a pass
         unsent_ = 0;
@@ -119,19 +121,6 @@ bool TcpSendPath::can_post(uint64_t limit) const
         unsent_fresh_ = true;
     }
     return queued + unsent_ < limit;
-}
-
-uint64_t TcpSendPath::backlog() const
-{
-    // Few pieces: the core posts only while this stays small.
-    uint64_t lowest = end_idx_;
-    for (const Stream &s : streams_) {
-        Cursor c = s.cur;
-        if (seek(s.index, &c)) lowest = std::min(lowest, c.idx);
-    }
-    uint64_t bytes = 0;
-    for (uint64_t i = lowest; i < end_idx_; ++i) bytes += fifo_[i % kFifo].m.length;
-    return bytes;
 }
 
 void TcpSendPath::skip_to(uint64_t seq)

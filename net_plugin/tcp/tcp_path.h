@@ -93,8 +93,6 @@ private:
         Tail tail;
     };
 
-    /// Payload of the chunks no stream has started, over the pieces some stream still sends.
-    uint64_t backlog() const;
     /// Moves `c` to the stream's next frame at or after it; false when none is posted.
     bool seek(uint32_t stream, Cursor *c) const;
     void frame(const Cursor &c, FrameHeader *h, const uint8_t **payload) const;
