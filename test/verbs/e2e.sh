@@ -22,8 +22,9 @@
 #   degraded       every port shaped to 1 Mbit/s (the port, not the emulated CPU, sets the
 #                  pace), rank 0 streaming to rank 1, then rank 0's primary cut to a quarter:
 #                  `vigil dump` flags rank 0's send primary path on rxe_a0:1, no other path
-#   striped        multipath: every port shaped to 8 Mbit/s, rank 0's primary to 2 Mbit/s; the
-#                  backup carries more of rank 0's bytes than the slow primary (`vigil dump`);
+#   striped        multipath: every port shaped to 8 Mbit/s, rank 0's primary to 2 Mbit/s; over
+#                  a span of 4 s both paths carry rank 0's bytes and together beat the slow
+#                  port by half again (`vigil dump`);
 #                  the active port fails mid-stream and heals (failback, the backup shares
 #                  again), then the shared port fails and heals; the all-reduce stays exact
 # Exit 77 outside the lab (no root, no VIGIL_RXE_TOPO, or no rxe_a0..b1 devices).
@@ -286,19 +287,47 @@ for line in sys.stdin:
         got[r["slot"]] += r["bytes_total"]
 print(got["primary"], got["backup"])' "$pid0"
     }
+    # ports: both ranks' port records (hardware retransmissions), for a failure's diagnosis.
+    ports() {
+        "$VIGIL_BIN" dump --windows 0 | python3 -c '
+import json, sys
+pids = {int(p) for p in sys.argv[1:]}
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["type"] in ("port", "path") and r["pid"] in pids:
+        print(json.dumps({k: v for k, v in r.items() if not isinstance(v, (list, dict))}))' "${PIDS[@]}" >&2 || true
+    }
+    # Judged over a span of at least 4 s, sampled every second for up to 25 s: a lone
+    # retransmission (8.6 s at this QP timeout) or a stalled guest must not decide the case,
+    # what the paths carry over a span in which the connection moves does.
     sleep 3
-    read -r p1 b1 <<<"$(sent)"
-    t1=$(date +%s%N)
-    sleep 5
-    read -r p2 b2 <<<"$(sent)"
-    ms=$((($(date +%s%N) - t1) / 1000000))
-    echo "rank 0 sent in $ms ms: primary (rxe_a0, 2 Mbit/s) $((p2 - p1)) bytes," \
-        "backup (rxe_a1, 8 Mbit/s) $((b2 - b1)) bytes"
-    ((p2 > p1)) || fail "the slow primary carried nothing"
-    ((b2 > b1)) || fail "the backup carried nothing beside the slow primary"
-    # The slow port alone carries at most 2 Mbit/s: together they must beat it by half again.
-    ((8 * (p2 - p1 + b2 - b1) * 1000 > 3 * 1000 * 1000 * ms)) ||
-        fail "rank 0 sent at most 3 Mbit/s over both paths: the slow port still sets the pace"
+    ts=() ps=() bs=() ok=
+    for _ in $(seq 25); do
+        read -r p b <<<"$(sent)"
+        ts+=("$(date +%s%N)") ps+=("$p") bs+=("$b")
+        n=$((${#ts[@]} - 1))
+        for ((i = 0; i < n; i++)); do
+            ms=$(((ts[n] - ts[i]) / 1000000))
+            ((ms >= 4000)) || break
+            dp=$((ps[n] - ps[i])) db=$((bs[n] - bs[i]))
+            # The slow port alone carries at most 2 Mbit/s: together they must beat it by
+            # half again.
+            if ((dp > 0 && db > 0 && 8 * (dp + db) * 1000 > 3 * 1000 * 1000 * ms)); then
+                ok=1
+                break 2
+            fi
+        done
+        sleep 1
+    done
+    if [[ -n $ok ]]; then
+        echo "rank 0 sent in $ms ms: primary (rxe_a0, 2 Mbit/s) $dp bytes, backup (rxe_a1, 8 Mbit/s) $db bytes"
+    else
+        for ((i = 0; i <= n; i++)); do
+            echo "sample $i: +$(((ts[i] - ts[0]) / 1000000)) ms primary ${ps[i]} backup ${bs[i]}" >&2
+        done
+        ports
+        fail "in 25 s, no span of 4 s in which both paths carried and rank 0 sent at more than 3 Mbit/s"
+    fi
     shares=$(count "carries pieces beside" 0)
     port a0 down # the active path, with pieces on both
     wait_for "failover: primary dev rxe_a0:1" 30 0
