@@ -67,6 +67,12 @@ private:
     void bandwidth();
     void allreduce();
     void multirecv();
+    void fanout_run(); // --workload fanout
+
+    /// This process's resident memory, KiB (/proc/self/statm); 0 when unreadable.
+    static uint64_t rss_kib();
+    /// This process's open file descriptors (/proc/self/fd); 0 when unreadable.
+    static uint64_t open_fds();
 
     Options o_;
     NetPlugin net_;
@@ -89,6 +95,9 @@ private:
     // all-reduce progress (--progress): completed requests, validated bytes, iterations, and
     // the longest wait on the network without a completion (waiting_since_ is 0 outside
     // ring steps, else the start of the current wait; CLOCK_MONOTONIC seconds)
+    double setup_s_ = 0;          // connect/accept of every channel, this rank
+    uint64_t base_rss_kib_ = 0;   // before the first listen
+    uint64_t base_fds_ = 0;
     uint64_t msgs_ = 0;
     uint64_t bytes_verified_ = 0;
     int iters_done_ = 0;

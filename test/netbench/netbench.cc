@@ -176,13 +176,19 @@ int Bench::run()
                     props.name.c_str(), props.speed_mbps, props.max_recvs);
 
     // listen (one listenComm per channel), exchange handles, then NCCL's proxy pattern:
-    // connect and accept both polled until each returns a comm (neither may block).
-    const int nch = o_.workload == "allreduce" || o_.workload == "bandwidth" ? o_.channels : 1;
+    // connect and accept both polled until each returns a comm (neither may block). A fanout
+    // connects rank 0 to rank 1 only: rank 0 holds the send comms, rank 1 the receive comms.
+    const bool fanout = o_.workload == "fanout";
+    const bool want_send = !fanout || o_.rank == 0, want_recv = !fanout || o_.rank == 1;
+    const int nch = o_.workload == "allreduce" || o_.workload == "bandwidth" || fanout ? o_.channels : 1;
+    base_rss_kib_ = rss_kib();
+    base_fds_ = open_fds();
     std::vector<uint8_t> my_handles(static_cast<size_t>(nch) * NCCL_NET_HANDLE_MAXSIZE, 0);
     std::vector<void *> listen_comms(static_cast<size_t>(nch), nullptr);
     std::vector<int> ch_dev(static_cast<size_t>(nch));
     for (int c = 0; c < nch; ++c) {
         ch_dev[static_cast<size_t>(c)] = (o_.dev + c) % ndev;
+        if (!want_recv) continue;
         check_nccl(net_.listen(ch_dev[static_cast<size_t>(c)], my_handles.data() + static_cast<size_t>(c) * NCCL_NET_HANDLE_MAXSIZE,
                                &listen_comms[static_cast<size_t>(c)]), "listen");
         if (listen_comms[static_cast<size_t>(c)] == nullptr) die("listen returned a NULL listenComm");
@@ -190,24 +196,28 @@ int Bench::run()
     std::vector<uint8_t> handles;
     if (std::string e = rdv_.allgather(my_handles.data(), my_handles.size(), &handles); !e.empty()) die(e);
     const int next = (o_.rank + 1) % o_.nranks;
-    send_comms_.assign(static_cast<size_t>(nch), nullptr);
-    recv_comms_.assign(static_cast<size_t>(nch), nullptr);
+    send_comms_.assign(want_send ? static_cast<size_t>(nch) : 0, nullptr);
+    recv_comms_.assign(want_recv ? static_cast<size_t>(nch) : 0, nullptr);
     const double t_connect = now_s();
     uint64_t polls = 0;
     for (int c = 0; c < nch; ++c) {
         uint8_t peer_handle[NCCL_NET_HANDLE_MAXSIZE];
         std::memcpy(peer_handle, handles.data() + (static_cast<size_t>(next) * nch + c) * NCCL_NET_HANDLE_MAXSIZE,
                     sizeof(peer_handle));
-        void *&sc = send_comms_[static_cast<size_t>(c)];
-        void *&rc = recv_comms_[static_cast<size_t>(c)];
-        while (sc == nullptr || rc == nullptr) {
-            if (sc == nullptr) check_nccl(net_.connect(ch_dev[static_cast<size_t>(c)], peer_handle, &sc), "connect");
-            if (rc == nullptr) check_nccl(net_.accept(listen_comms[static_cast<size_t>(c)], &rc), "accept");
+        void *sc = nullptr, *rc = nullptr;
+        while ((want_send && sc == nullptr) || (want_recv && rc == nullptr)) {
+            if (want_send && sc == nullptr) check_nccl(net_.connect(ch_dev[static_cast<size_t>(c)], peer_handle, &sc), "connect");
+            if (want_recv && rc == nullptr) check_nccl(net_.accept(listen_comms[static_cast<size_t>(c)], &rc), "accept");
             ++polls;
-            if (now_s() - t_connect > 60) die("connect/accept did not complete within 60 s");
+            if (now_s() - t_connect > 60 + nch / 50.0) die("connect/accept did not complete in time");
         }
-        check_nccl(net_.close_listen(listen_comms[static_cast<size_t>(c)]), "closeListen");
+        if (want_send) send_comms_[static_cast<size_t>(c)] = sc;
+        if (want_recv) {
+            recv_comms_[static_cast<size_t>(c)] = rc;
+            check_nccl(net_.close_listen(listen_comms[static_cast<size_t>(c)]), "closeListen");
+        }
     }
+    setup_s_ = now_s() - t_connect;
     if (std::string e = rdv_.barrier(); !e.empty()) die(e);
 
     const double t0 = now_s();
@@ -215,6 +225,7 @@ int Bench::run()
     else if (o_.workload == "bandwidth") bandwidth();
     else if (o_.workload == "allreduce") allreduce();
     else if (o_.workload == "multirecv") multirecv();
+    else if (fanout) fanout_run();
     else die("unknown workload " + o_.workload);
     const double elapsed = now_s() - t0;
 

@@ -25,7 +25,7 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
                        libnccl-net-NAME.so); default vigil
   --api-version N      use ncclNetPlugin_vN (8..12) instead of the newest exported
   --rendezvous ADDR    unix:/path (works across network namespaces) or HOST:PORT; rank 0 listens
-  --workload W         latency | bandwidth | allreduce | multirecv   (default allreduce)
+  --workload W         latency | bandwidth | allreduce | multirecv | fanout (default allreduce)
   --bytes SIZE         message size (latency: 8, bandwidth: sweep) or per-rank buffer
                        (allreduce: 64M); K/M/G suffixes
   --min-bytes SIZE --max-bytes SIZE --factor F   bandwidth sweep (default 8 .. 256M, x2)
@@ -40,7 +40,17 @@ Loads an ncclNet plugin the way NCCL does and runs a validated workload between 
   --dev D              NCCL device index to use (default 0)
   --channels C         all-reduce and bandwidth: C connections per ring neighbour, channel c
                        on device (dev + c) mod ndevices, slices (all-reduce) or messages
-                       (bandwidth) dealt round-robin (like NCCL channels)
+                       (bandwidth) dealt round-robin (like NCCL channels); 1..32.
+                       fanout: C connections from rank 0 to rank 1 (1..16384), as an
+                       all-to-all at scale opens one per remote peer and channel: the set-up
+                       time, --iters rounds of one --bytes message (default 64K) on every
+                       connection at once (time per round and connection), then --idle
+                       seconds with all open and nothing posted; each rank's idle CPU, memory
+                       (RSS) and fds per connection
+  --idle S             fanout: seconds every connection stays open with nothing posted,
+                       the CPU each rank's process spends meanwhile measured (default 10)
+  --duration S         fanout: rounds for S seconds instead of --iters (a port cut meanwhile
+                       shows in the worst round: each connection's completion time in it)
   --timeout S          abort with ok:false after S seconds (default 600; 0: never)
   --profile net|PATH   all-reduce: drive an NCCL profiler plugin like NCCL's proxy does (a Coll
                        per iteration, ProxyOps per channel and direction, a ProxyStep per
@@ -168,6 +178,15 @@ Options parse(int argc, char **argv)
         else if (a == "--loop") o.loop = true;
         else if (a == "--progress") o.progress = true;
         else if (a == "--yield") o.yield = true;
+        else if (a == "--duration") {
+            const std::string v = next();
+            if (!vigil::cli::parse_double(v, 0, 3600, &o.duration_s))
+                bad_usage("--duration wants seconds (0..3600), not '" + v + "'");
+        } else if (a == "--idle") {
+            const std::string v = next();
+            if (!vigil::cli::parse_double(v, 0, 3600, &o.idle_s))
+                bad_usage("--idle wants seconds (0..3600), not '" + v + "'");
+        }
         else if (a.starts_with("-")) std::exit(vigil::cli::unknown_option(stderr, kProg, a));
         else bad_usage("unexpected argument '" + a + "'");
     }
@@ -176,7 +195,12 @@ Options parse(int argc, char **argv)
     if (o.window < 1 || o.window > 64) bad_usage("--window wants 1..64");
     if (o.factor < 2) bad_usage("--factor wants 2 or more");
     if (o.slice < 1) bad_usage("--slice wants 1 byte or more");
-    if (o.channels < 1 || o.channels > 32) bad_usage("--channels wants 1..32");
+    if (o.workload == "fanout") {
+        if (o.channels < 1 || o.channels > 16384) bad_usage("--channels wants 1..16384 for fanout");
+        if (o.nranks != 2) bad_usage("fanout wants --nranks 2");
+    } else if (o.channels < 1 || o.channels > 32) {
+        bad_usage("--channels wants 1..32");
+    }
     if (o.loop && o.workload != "allreduce") bad_usage("--loop wants --workload allreduce");
     if (o.api_version != 0 && (o.api_version < 8 || o.api_version > 12))
         bad_usage("--api-version wants 8..12");

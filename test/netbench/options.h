@@ -37,6 +37,8 @@ struct Options {
     bool loop = false;    // all-reduce until the ranks agree to stop (SIGUSR1)
     bool progress = false; // every rank prints a JSON progress line per iteration
     bool yield = false;   // yield the CPU after a polling pass that moved nothing
+    double idle_s = 10;   // fanout: seconds every connection stays open with nothing posted
+    double duration_s = 0; // fanout: rounds for this long instead of --iters (0: --iters)
 };
 
 /// Parses the command line. --help prints the usage text on stdout and exits 0; a bad, missing

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// vigil-netbench's workloads: latency ping-pong, bandwidth sweep, ring all-reduce, multi-recv.
+// vigil-netbench's workloads: latency ping-pong, bandwidth sweep, ring all-reduce, multi-recv,
+// fanout.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cinttypes>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -486,6 +490,181 @@ void Bench::multirecv()
         if (std::string e = rdv_.barrier(); !e.empty()) die(e);
     }
     for (Buffer &b : bufs) dereg(b);
+}
+
+} // namespace vigil::bench
+
+namespace vigil::bench {
+
+uint64_t Bench::rss_kib()
+{
+    unsigned long long size = 0, resident = 0;
+    FILE *f = std::fopen("/proc/self/statm", "r");
+    if (f == nullptr) return 0;
+    const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+    std::fclose(f);
+    return got == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / 1024 : 0;
+}
+
+uint64_t Bench::open_fds()
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == nullptr) return 0;
+    uint64_t n = 0;
+    while (const dirent *e = readdir(d))
+        if (e->d_name[0] != '.') ++n;
+    closedir(d);
+    return n > 0 ? n - 1 : 0; // less the directory's own fd
+}
+
+namespace {
+
+double cpu_s()
+{
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru); // the whole process: the plugin's threads too
+    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+} // namespace
+
+// Fanout: rank 0 holds C send comms to rank 1, which holds their C receive comms (an
+// all-to-all at scale opens one connection per remote peer and channel, most of them idle
+// most of the time). --warmup + --iters rounds, each one --bytes message on every connection
+// at once, every byte checked; then --idle seconds with every connection open and nothing
+// posted. Each rank measures its own process: set-up time, memory and fds over what it had
+// before the first listen, the CPU it spends idle. Rank 0 prints one line
+// {"type":"fanout","conns",...,"send":{...},"recv":{...}} before the summary.
+void Bench::fanout_run()
+{
+    const bool sender = o_.rank == 0;
+    const size_t size = static_cast<size_t>(o_.bytes < 0 ? 64 * 1024 : o_.bytes);
+    const int iters = o_.iters < 0 ? 20 : o_.iters;
+    const int warmup = o_.warmup < 0 ? 2 : o_.warmup;
+    std::vector<void *> &comms = sender ? send_comms_ : recv_comms_;
+    const size_t n = comms.size();
+    const uint64_t setup_rss = rss_kib(), setup_fds = open_fds();
+    // One buffer per connection, registered on its own comm only.
+    std::vector<uint8_t> mem(std::max<size_t>(n * size, 1));
+    std::vector<void *> mh(n, nullptr);
+    for (size_t c = 0; c < n; ++c) {
+        uint8_t *p = mem.data() + c * size;
+        check_nccl(net_.reg_mr(comms[c], p, std::max<size_t>(size, 1), &mh[c]), "regMr", sender ? 1 : 0,
+                   static_cast<int>(c));
+    }
+    if (sender) {
+        std::printf("# fanout: %zu connections up in %.3f s, rounds of %zu bytes on each\n", n, setup_s_, size);
+        std::fflush(stdout);
+    }
+    std::vector<double> rounds;
+    std::vector<void *> req(n, nullptr);
+    std::vector<char> done(n, 0);
+    // Each connection's completion time in the current round and in the slowest round (from
+    // the round's start, this rank's view).
+    std::vector<double> took(n, 0), worst_took;
+    double worst = -1;
+    int tag = 0; // the sender's rank
+    // --duration: rounds until the time is up, the ranks agreeing at each round's barrier.
+    const double t_end = now_s() + o_.duration_s;
+    for (int it = 0; o_.duration_s > 0 || it < warmup + iters; ++it) {
+        if (o_.duration_s > 0 && it >= warmup) {
+            uint8_t go = now_s() < t_end ? 1 : 0;
+            std::vector<uint8_t> votes;
+            if (std::string e = rdv_.allgather(&go, 1, &votes); !e.empty()) die(e);
+            if (votes[0] == 0) break; // rank 0 decides
+        }
+        const uint64_t k0 = static_cast<uint64_t>(it) * n;
+        if (sender)
+            for (size_t c = 0; c < n; ++c) fill(mem.data() + c * size, size, k0 + c);
+        if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+        std::fill(done.begin(), done.end(), 0);
+        size_t left = n;
+        const double t = now_s();
+        while (left > 0) {
+            for (size_t c = 0; c < n; ++c) {
+                if (done[c]) continue;
+                const int ch = static_cast<int>(c);
+                if (req[c] == nullptr) {
+                    if (sender) {
+                        req[c] = try_send(mem.data() + c * size, size, mh[c], ch);
+                    } else {
+                        void *d = mem.data() + c * size;
+                        size_t sz = size;
+                        req[c] = try_recv(1, &d, &sz, &tag, &mh[c], ch);
+                    }
+                    if (req[c] == nullptr) continue;
+                }
+                int got = 0;
+                if (!poll(req[c], &got, sender ? 1 : 0, ch)) continue;
+                req[c] = nullptr;
+                done[c] = 1;
+                took[c] = now_s() - t;
+                --left;
+                if (static_cast<size_t>(got) != size) ++errors_;
+            }
+            if (o_.yield) std::this_thread::yield();
+        }
+        const double dt = now_s() - t;
+        if (it >= warmup) rounds.push_back(dt);
+        if (it >= warmup && dt > worst) {
+            worst = dt;
+            worst_took = took;
+        }
+        if (sender) bytes_sent_ += size * n;
+        else
+            for (size_t c = 0; c < n; ++c) errors_ += count_bad(mem.data() + c * size, size, k0 + c);
+    }
+    // What the plugin holds once every connection carried: the workload's own buffers aside.
+    const uint64_t used_rss = rss_kib() - std::min<uint64_t>(rss_kib(), n * size / 1024);
+    // Idle: every connection open, nothing posted, no plugin call from this thread.
+    if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+    const double c0 = cpu_s(), w0 = now_s();
+    std::this_thread::sleep_for(std::chrono::duration<double>(o_.idle_s));
+    const double idle_cpu = cpu_s() - c0, idle_wall = now_s() - w0;
+    for (size_t c = 0; c < n; ++c) check_nccl(net_.dereg_mr(comms[c], mh[c]), "deregMr");
+
+    std::sort(rounds.begin(), rounds.end());
+    std::sort(worst_took.begin(), worst_took.end());
+    auto pct = [&](double q) { return worst_took.empty() ? 0.0 : worst_took[static_cast<size_t>(q * static_cast<double>(worst_took.size() - 1))]; };
+    struct Side {
+        double setup_s, round_p50_s, round_max_s, idle_cpu_pct, worst_p50_s, worst_p99_s;
+        uint64_t nrounds;
+        uint64_t base_rss_kib, setup_rss_kib, used_rss_kib, base_fds, setup_fds;
+    } mine{setup_s_,
+           rounds.empty() ? 0 : rounds[rounds.size() / 2],
+           rounds.empty() ? 0 : rounds.back(),
+           idle_wall > 0 ? idle_cpu / idle_wall * 100 : 0,
+           pct(0.5),
+           pct(0.99),
+           rounds.size(),
+           base_rss_kib_, setup_rss, used_rss, base_fds_, setup_fds};
+    std::vector<uint8_t> all;
+    if (std::string e = rdv_.allgather(&mine, sizeof(mine), &all); !e.empty()) die(e);
+    if (!sender) return;
+    std::string sides;
+    for (int r = 0; r < 2; ++r) {
+        Side x;
+        std::memcpy(&x, all.data() + static_cast<size_t>(r) * sizeof(x), sizeof(x));
+        const double per = static_cast<double>(std::max<size_t>(n, 1));
+        char buf[1024];
+        std::snprintf(buf, sizeof(buf),
+                      "%s\"%s\":{\"setup_s\":%.3f,\"round_p50_us_per_conn\":%.2f,\"round_max_us_per_conn\":%.2f,"
+                      "\"idle_cpu_pct\":%.2f,\"rss_kib_per_conn\":%.1f,\"rss_used_kib_per_conn\":%.1f,"
+                      "\"fds_per_conn\":%.2f,\"base_rss_kib\":%" PRIu64 ",\"base_fds\":%" PRIu64 ","
+                      "\"rounds\":%" PRIu64 ",\"worst_round_ms\":%.2f,\"worst_round_conn_p50_ms\":%.2f,"
+                      "\"worst_round_conn_p99_ms\":%.2f}",
+                      r == 0 ? "" : ",", r == 0 ? "send" : "recv", x.setup_s, x.round_p50_s * 1e6 / per,
+                      x.round_max_s * 1e6 / per, x.idle_cpu_pct,
+                      static_cast<double>(x.setup_rss_kib - std::min(x.setup_rss_kib, x.base_rss_kib)) / per,
+                      static_cast<double>(x.used_rss_kib - std::min(x.used_rss_kib, x.base_rss_kib)) / per,
+                      static_cast<double>(x.setup_fds - std::min(x.setup_fds, x.base_fds)) / per, x.base_rss_kib,
+                      x.base_fds, x.nrounds, x.round_max_s * 1e3, x.worst_p50_s * 1e3, x.worst_p99_s * 1e3);
+        sides += buf;
+    }
+    std::printf("{\"type\":\"fanout\",\"conns\":%zu,\"bytes\":%zu,\"idle_s\":%.1f,%s}\n", n, size, o_.idle_s,
+                sides.c_str());
+    seconds_ = rounds.empty() ? 0 : rounds[rounds.size() / 2];
 }
 
 } // namespace vigil::bench

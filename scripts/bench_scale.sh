@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Scale benchmark (not a test): what Vigil's connections cost in one process pair as their
+# number grows, in the lab (2 hosts x 2 ports, every connection with its spread backup).
+# vigil-netbench --workload fanout: rank 0 on host 0 opens N send connections to rank 1 on
+# host 1 through the ncclNet table (an all-to-all at scale opens one per remote peer and
+# channel), both polled as NCCL's proxy does; 20 rounds of one 64 KiB message on every
+# connection at once (every byte checked); then IDLE seconds with every connection open and
+# nothing posted. Per N and per side: the set-up time, a round's time per connection (median
+# and worst of the rounds), the process's CPU while idle (% of one core, getrusage of every
+# thread), resident memory per connection after set-up and after traffic (the workload's own
+# buffers aside), and fds per connection. Then (CUT=1, the default) a second run per N:
+# rounds for 12 s, host 0's port 0 (the primary of half the connections) taken down after 4 s
+# and restored 4 s later: the slowest round and each connection's completion time in it
+# (p50/p99 over the connections, receiver's view) against the median round: what a port
+# failure under load costs at N.
+# Usage: scripts/bench_scale.sh   (CONNS="64 512 2048 4096", IDLE=10, PLUGIN=path of another
+# build's libnccl-net-vigil.so to compare; run as root)
+# Environment passes through to the plugin (VIGIL_PROBE_INTERVAL_MS, VIGIL_MULTIPATH, ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ -z ${NETLAB:-} ]]; then
+    scripts/setup.sh
+    [[ -f build/build.ninja ]] || meson setup build -Dbuildtype=release >/dev/null
+    ninja -C build test/netbench/vigil-netbench net_plugin/libnccl-net-vigil.so >/dev/null
+    exec scripts/netlab.sh run -H 2 -P 2 -- "$0" "$@"
+fi
+CONNS=${CONNS:-64 512 2048 4096}
+IDLE=${IDLE:-10}
+CUT=${CUT:-1}
+bin=$PWD/build/test/netbench/vigil-netbench
+plugin=${PLUGIN:-$PWD/build/net_plugin/libnccl-net-vigil.so}
+tmp=$(mktemp -d /tmp/vigil-bench-scale.XXXXXX)
+trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
+
+echo "# fanout: N connections host 0 -> host 1, 2 ports each, spread backups; rounds of one 64 KiB"
+echo "# message per connection; then ${IDLE} s idle. recv = host 1's process, send = host 0's."
+printf '%6s | %9s %9s | %11s %11s | %9s %9s | %7s %7s | %9s %9s | %7s\n' conns idle_recv idle_send \
+    "KiB/c recv" "KiB/c send" "used recv" "used send" "fd/c r" "fd/c s" "round_us" "worst_us" setup_s
+for n in $CONNS; do
+    rdv="unix:$tmp/rdv.$n.sock"
+    scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
+        --workload fanout --channels "$n" --idle "$IDLE" --timeout 900 >"$tmp/r1.$n" 2>"$tmp/log1.$n" &
+    rpid=$!
+    if ! scripts/netlab.sh exec 0 -- "$bin" --plugin "$plugin" --rank 0 --nranks 2 --rendezvous "$rdv" \
+        --workload fanout --channels "$n" --idle "$IDLE" --timeout 900 >"$tmp/r0.$n" 2>"$tmp/log0.$n"; then
+        wait "$rpid" || true
+        echo "N=$n failed:" >&2
+        tail -5 "$tmp/r0.$n" "$tmp/log0.$n" "$tmp/log1.$n" >&2
+        exit 1
+    fi
+    wait "$rpid"
+    python3 - "$tmp/r0.$n" <<'PY'
+import json, sys
+d = next(json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"type":"fanout"'))
+s = [l for l in open(sys.argv[1]) if l.startswith('{"ok"')]
+assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
+r, t = d["recv"], d["send"]
+print(f'{d["conns"]:6d} | {r["idle_cpu_pct"]:8.1f}% {t["idle_cpu_pct"]:8.1f}% | {r["rss_kib_per_conn"]:11.1f} '
+      f'{t["rss_kib_per_conn"]:11.1f} | {r["rss_used_kib_per_conn"]:9.1f} {t["rss_used_kib_per_conn"]:9.1f} | '
+      f'{r["fds_per_conn"]:7.2f} {t["fds_per_conn"]:7.2f} | {r["round_p50_us_per_conn"]:9.1f} '
+      f'{r["round_max_us_per_conn"]:9.1f} | {max(r["setup_s"], t["setup_s"]):7.2f}')
+PY
+done
+((CUT)) || exit 0
+echo
+echo "# port cut under load: host 0 port 0 down at 4 s, up at 8 s, rounds for 12 s; receiver's view"
+printf '%6s | %8s %10s | %12s %14s %14s\n' conns rounds median_ms worst_ms worst_conn_p50 worst_conn_p99
+for n in $CONNS; do
+    rdv="unix:$tmp/rdv.cut.$n.sock"
+    scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
+        --workload fanout --channels "$n" --idle 0 --duration 12 --timeout 900 >"$tmp/c1.$n" 2>"$tmp/clog1.$n" &
+    rpid=$!
+    scripts/netlab.sh exec 0 -- "$bin" --plugin "$plugin" --rank 0 --nranks 2 --rendezvous "$rdv" \
+        --workload fanout --channels "$n" --idle 0 --duration 12 --timeout 900 >"$tmp/c0.$n" 2>"$tmp/clog0.$n" &
+    spid=$!
+    # The rounds start once every connection is up: the cut is timed from the first round.
+    for _ in $(seq 600); do grep -q "^# fanout" "$tmp/c0.$n" 2>/dev/null && break; sleep 0.1; done
+    sleep 4
+    scripts/netlab.sh fail 0 0
+    sleep 4
+    scripts/netlab.sh restore 0 0
+    if ! wait "$spid" || ! wait "$rpid"; then
+        echo "cut N=$n failed:" >&2
+        tail -5 "$tmp/c0.$n" "$tmp/clog0.$n" "$tmp/clog1.$n" >&2
+        exit 1
+    fi
+    python3 - "$tmp/c0.$n" <<'PY'
+import json, sys
+d = next(json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"type":"fanout"'))
+s = [l for l in open(sys.argv[1]) if l.startswith('{"ok"')]
+assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
+r = d["recv"]
+print(f'{d["conns"]:6d} | {r["rounds"]:8d} {r["round_p50_us_per_conn"] * d["conns"] / 1e3:10.1f} | '
+      f'{r["worst_round_ms"]:12.1f} {r["worst_round_conn_p50_ms"]:14.1f} {r["worst_round_conn_p99_ms"]:14.1f}')
+PY
+done
