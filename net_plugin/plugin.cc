@@ -23,6 +23,7 @@
 #include "progress.h"
 #include "recv_comm.h"
 #include "send_comm.h"
+#include "sockets/socket.h"
 #include "telemetry/writer.h"
 #include "version.h"
 
@@ -198,6 +199,7 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
         return 0;
     }
     if (!st.discovered) {
+        raise_fd_limit(); // thousands of connections, several sockets each (docs/scale.md)
         if (int rc = discover_locked(st); rc != 0) return rc;
         st.discovered = true;
     }

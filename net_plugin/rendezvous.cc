@@ -79,8 +79,10 @@ int accept_all(std::vector<ListenSocket> &sockets, const DeviceAddrs &devs,
                                      SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-                    errno == ECONNABORTED || errno == EMFILE || errno == ENFILE)
+                    errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
+                    warn_fd_limit(errno, "an accepted connection"); // says so for EMFILE/ENFILE
                     break; // nothing now, or transient: try again on the next call
+                }
                 const int rc = -errno;
                 VLOG_WARN("dev %s: accept failed: %s", devs.name(ls.dev).c_str(), strerror(errno));
                 if (&ls == &sockets.front()) return rc;

@@ -2,17 +2,79 @@
 // Socket helpers of the TCP fabric.
 #include "socket.h"
 
+#include <atomic>
 #include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+
+#include "clock.h"
+#include "log.h"
 
 namespace vigil::net {
 
 int make_socket(int family)
 {
     int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
-    return fd < 0 ? -errno : fd;
+    if (fd >= 0) return fd;
+    const int e = errno;
+    warn_fd_limit(e, "a TCP socket");
+    return -e;
+}
+
+namespace {
+
+std::string limit_text(rlim_t v)
+{
+    return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(static_cast<unsigned long long>(v));
+}
+
+} // namespace
+
+void raise_fd_limit()
+{
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+    const rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        VLOG_WARN("cannot raise RLIMIT_NOFILE from %s to its hard limit %s: %s", limit_text(was).c_str(),
+                  limit_text(rl.rlim_max).c_str(), strerror(errno));
+        return;
+    }
+    VLOG_INFO(NCCL_INIT | NCCL_NET, "RLIMIT_NOFILE raised from %s to its hard limit %s", limit_text(was).c_str(),
+              limit_text(rl.rlim_max).c_str());
+}
+
+void warn_fd_limit(int err, const char *what)
+{
+    if (err != EMFILE && err != ENFILE) return;
+    static std::atomic<uint64_t> last{0};
+    const uint64_t now = now_ns();
+    uint64_t prev = last.load(std::memory_order_relaxed);
+    if (prev != 0 && now - prev < 10'000'000'000ull) return;
+    if (!last.compare_exchange_strong(prev, now, std::memory_order_relaxed)) return;
+    unsigned long open = 0;
+    if (DIR *d = opendir("/proc/self/fd")) {
+        while (const dirent *e = readdir(d))
+            if (e->d_name[0] != '.') ++open;
+        closedir(d);
+        if (open > 0) --open; // the directory's own fd
+    }
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (err == EMFILE)
+        VLOG_WARN("cannot open %s: this process has %lu file descriptors open and RLIMIT_NOFILE is %s "
+                  "(hard limit %s): raise it (ulimit -n, LimitNOFILE= in a systemd unit, the container's "
+                  "nofile ulimit); each connection needs the fds docs/scale.md lists",
+                  what, open, limit_text(rl.rlim_cur).c_str(), limit_text(rl.rlim_max).c_str());
+    else
+        VLOG_WARN("cannot open %s: the system's file table is full (fs.file-max; this process has %lu "
+                  "open)", what, open);
 }
 
 int tune_socket(int fd, long buf_bytes)
@@ -41,6 +103,18 @@ void socket_endpoints(int fd, std::string *local, std::string *peer)
         ps = p.to_string();
     *local = ls;
     *peer = ps;
+}
+
+std::string peer_address(int fd)
+{
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getpeername(fd, reinterpret_cast<sockaddr *>(&ss), &len) != 0) return {};
+    char buf[INET6_ADDRSTRLEN] = "";
+    const void *a = ss.ss_family == AF_INET ? static_cast<const void *>(&reinterpret_cast<sockaddr_in *>(&ss)->sin_addr)
+                                            : static_cast<const void *>(&reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_addr);
+    if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) return {};
+    return inet_ntop(ss.ss_family, a, buf, sizeof(buf)) != nullptr ? std::string(buf) : std::string();
 }
 
 } // namespace vigil::net

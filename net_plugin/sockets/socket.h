@@ -54,11 +54,24 @@ private:
     int fd_ = -1;
 };
 
-/// Non-blocking, close-on-exec TCP socket of `family`. Returns -errno on failure.
+/// Non-blocking, close-on-exec TCP socket of `family`. Returns -errno on failure; out of
+/// file descriptors (EMFILE, ENFILE) it also says so (warn_fd_limit).
 int make_socket(int family);
+/// Raises this process's RLIMIT_NOFILE soft limit to its hard limit, as NCCL's bootstrap does
+/// for its own sockets (NCCL src/bootstrap.cc, setFilesLimit(), called by bootstrapRoot): a
+/// job at scale holds thousands of connections, each with several sockets (docs/scale.md).
+/// Logs the change at INFO; a failure is logged and otherwise ignored. Thread-safe.
+void raise_fd_limit();
+/// One WARN, at most every 10 s per process, when an fd could not be created (`err`: EMFILE
+/// or ENFILE; other values are ignored): what was being opened, the fds this process has open,
+/// its RLIMIT_NOFILE soft and hard limits, and how to raise them. Thread-safe.
+void warn_fd_limit(int err, const char *what);
 /// TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when buf_bytes > 0. Returns 0 or -errno.
 int tune_socket(int fd, long buf_bytes);
 /// Local and peer endpoint of a connected socket ("?" on failure).
 void socket_endpoints(int fd, std::string *local, std::string *peer);
+/// The peer's address of a connected socket without its port ("10.0.0.2", "fe80::1"); ""
+/// on failure.
+std::string peer_address(int fd);
 
 } // namespace vigil::net
