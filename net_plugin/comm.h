@@ -113,8 +113,9 @@ public:
     /// a kick that whoever holds the lock (this thread, or the application in test()) serves,
     /// so an engine thread never waits for the application.
     void on_ready() noexcept override;
-    /// Timer work at most every kTimerNs: I/O progress is event-driven, so a tick only has to
-    /// run watchdogs, heartbeats, probes and rebuilds, and many idle comms stay cheap.
+    /// Timer work at most every kTimerNs while the comm is busy, every quiet_period_ns() while
+    /// it is quiet (quiet_locked()): I/O progress is event-driven, so a tick only has to run
+    /// watchdogs, heartbeats, probes and rebuilds, and thousands of idle comms stay cheap.
     void on_tick() noexcept override;
     static constexpr uint64_t kTimerNs = 20'000'000; // 20 ms
 
@@ -155,6 +156,15 @@ protected:
     };
     /// Says goodbye on every live path; called with mu_ held.
     virtual void goodbye_locked() noexcept = 0;
+    /// Nothing in flight or posted, every path up, no switch or rebuild under way: its only
+    /// timer work is the port pairs' probes and silence checks, due every probe interval.
+    /// Called with mu_ held.
+    virtual bool quiet_locked() const noexcept = 0;
+    /// A quiet comm's timer period, ns (its probe interval, at least kTimerNs).
+    virtual uint64_t quiet_period_ns() const noexcept = 0;
+    /// A quiet comm's timer work at `now`: probes or heartbeats its port pairs are due, and
+    /// silence checks. No I/O pass. Called with mu_ held.
+    virtual void quiet_tick_locked(uint64_t now) noexcept = 0;
     virtual size_t nfds() const noexcept = 0;
     virtual int fd(size_t i) const noexcept = 0;
     /// Records the first connection-wide error and logs it once.

@@ -66,6 +66,9 @@ struct PathIdentity {
     std::string dev_name; ///< "eth0", "rxe_a0:1"
     std::string local;    ///< local endpoint: "10.0.0.1:41234", a GID
     std::string peer;     ///< remote endpoint
+    std::string peer_port; ///< the remote port it reaches: an address without a transport
+                           ///< port, a GID. Paths of one dev and peer_port share liveness
+                           ///< (PortPairs); "" when the fabric cannot name it
     std::string detail;   ///< fabric specifics: "2 streams", "qp 0x11"
     uint64_t id = 0;      ///< this path instance, the same at both ends (chosen by the
                           ///< connecting side); 0 when the fabric has none

@@ -161,7 +161,7 @@ void SendComm::watchdogs_locked(uint64_t now) noexcept
     // carrying path (the receiver acks on every live path). A shared path first, so the
     // active one is left for last.
     auto stall = [&](int i) {
-        const uint64_t quiet = since(now, paths_[i].last_heard_ns);
+        const uint64_t quiet = since(now, paths_[i].heard());
         if (acked_ < next_seq_ && quiet > cfg_.stall_timeout_ns)
             failover_locked(i, "stalled: nothing heard for " + std::to_string(quiet / 1000000) +
                                    " ms with data in flight");
@@ -169,15 +169,18 @@ void SendComm::watchdogs_locked(uint64_t now) noexcept
     for (int i = 0; i < kMaxPaths; ++i)
         if (paths_[i].state == SlotState::kShared) stall(i);
     if (paths_[active_].state == SlotState::kActive) stall(active_);
-    // A standby hears the receiver's heartbeats every probe interval; silence means dead.
+    // A standby's port pair hears the receiver's heartbeats every probe interval; silence
+    // means dead.
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &sb = paths_[i];
-        const uint64_t quiet = since(now, sb.last_heard_ns);
+        const uint64_t quiet = since(now, sb.heard());
         if (sb.state == SlotState::kStandby && quiet > cfg_.stall_timeout_ns)
             failover_locked(i, "silent: no heartbeat for " + std::to_string(quiet / 1000000) + " ms");
     }
+    // One probe per port pair and interval, by whichever path of the pair claims it first.
     for (PathSlot &s : paths_) {
-        if (s.alive() && since(now, s.last_sent_ns) > cfg_.probe_interval_ns) {
+        if (s.alive() && since(now, s.last_sent_ns) > cfg_.probe_interval_ns &&
+            (!s.pair || s.pair->claim_probe(now, cfg_.probe_interval_ns))) {
             s.path->probe();
             s.last_sent_ns = now;
         }
@@ -204,6 +207,7 @@ void SendComm::install_locked(int i, std::unique_ptr<SendPath> p, uint64_t now) 
     sl.path = std::move(p);
     watch(*sl.path, true);
     sl.desc = sl.path->identity().describe();
+    sl.pair = PortPairs::process().get(sl.path->identity().dev, sl.path->identity().peer_port);
     set_state_locked(i, SlotState::kStandby);
     sl.rebuilt = true;
     sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;
@@ -283,6 +287,22 @@ void SendComm::share_locked(uint64_t now) noexcept
         VLOG_INFO(NCCL_NET, "host %s: multipath: %s carries pieces beside %s (generation %u)",
                   host_name(), sl.desc.c_str(), paths_[active_].desc.c_str(), gen_);
     }
+}
+
+} // namespace vigil::net
+
+namespace vigil::net {
+
+bool SendComm::quiet_locked() const noexcept
+{
+    if (acked_ != next_seq_ || cts_wanted_ || draining_ || active_ != kPrimary) return false;
+    for (int i = 0; i < kMaxPaths; ++i) {
+        const PathSlot &sl = paths_[i];
+        // A path to rebuild, or a rebuilt one waiting out its hold before it shares.
+        if (!sl.alive() && sl.path && rebuilder_ && rebuilder_->can_rebuild(i)) return false;
+        if (sl.rebuilt && sl.state == SlotState::kStandby && striping()) return false;
+    }
+    return true;
 }
 
 } // namespace vigil::net

@@ -28,6 +28,7 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
         if (!paths.paths[i]) continue;
         p.path = std::move(paths.paths[i]);
         p.desc = p.path->identity().describe();
+        p.pair = PortPairs::process().get(p.path->identity().dev, p.path->identity().peer_port);
         p.state = RecvSlotState::kLive;
         p.last_heard_ns = now;
         p.tm = PathTelemetry::make(tcfg_, Direction::kRecv, p.path->identity(), this);
@@ -451,14 +452,14 @@ void RecvComm::progress_locked() noexcept
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &p = paths_[i];
         if (!p.live()) continue;
-        if (since(now, p.last_beat_ns) > cfg_.probe_interval_ns) {
-            p.path->heartbeat();
-            p.last_beat_ns = now;
-        }
+        heartbeat_locked(i, now);
         const PathStatus st = p.path->progress(p.sink);
         settle_locked(); // what the sink queued, now that the path's call returned
         if (p.tm) p.tm->meter.advance(now);
-        if (st.heard) p.last_heard_ns = now;
+        if (st.heard) {
+            p.last_heard_ns = now;
+            if (p.pair) p.pair->heard(now);
+        }
         if (!judge_path_locked(i, st, now)) return;
     }
     accept_rebuilt_locked(now);

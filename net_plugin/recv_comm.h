@@ -7,6 +7,7 @@
 // completion, acks, iflush), recv_failover.cc (the state machine below).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "comm.h"
+#include "port_pairs.h"
 
 namespace vigil::net {
 
@@ -137,6 +139,11 @@ private:
         bool live() const { return state == RecvSlotState::kLive; }
         uint64_t last_heard_ns = 0;
         uint64_t last_beat_ns = 0;
+        /// Liveness shared with every path of the process between the same two ports
+        /// (PortPairs): heartbeats once per pair and interval, silence is the pair's.
+        std::shared_ptr<PortPairs::Pair> pair;
+        /// When this path or its port pair last heard the sender.
+        uint64_t heard() const { return std::max(last_heard_ns, pair ? pair->last_heard() : 0); }
         bool carrying = false; // telemetry: shown active while it lands pieces (multipath)
         std::string desc;
         SlotSink sink;
@@ -205,6 +212,11 @@ private:
     Request *free_request() noexcept;
     /// Completes the flush requests whose reads completed.
     void progress_flushes_locked() noexcept;
+    bool quiet_locked() const noexcept override;
+    void quiet_tick_locked(uint64_t now) noexcept override;
+    /// Path `i`'s heartbeat when its port pair is due one (PortPairs).
+    void heartbeat_locked(int i, uint64_t now) noexcept;
+    uint64_t quiet_period_ns() const noexcept override { return std::max(kTimerNs, cfg_.probe_interval_ns); }
     /// What this side holds: every seq below floor_, and the completed ones above it.
     Holding holding_locked() const noexcept;
 

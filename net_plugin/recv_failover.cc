@@ -141,6 +141,7 @@ void RecvComm::accept_rebuilt_locked(uint64_t now) noexcept
     ps.path = std::move(np);
     watch(*ps.path, true);
     ps.desc = ps.path->identity().describe();
+    ps.pair = PortPairs::process().get(ps.path->identity().dev, ps.path->identity().peer_port);
     ps.tm.reset();
     ps.tm = PathTelemetry::make(tcfg_, Direction::kRecv, ps.path->identity(), this);
     if (ps.tm) ps.tm->meter.set_state(now, telemetry::kStandby, gen_);
@@ -166,11 +167,11 @@ bool RecvComm::judge_path_locked(int i, const PathStatus &st, uint64_t now) noex
                          st.peer_eof ? RecvSlotState::kGone : RecvSlotState::kLost);
     else if (st.peer_closed)
         lose_path_locked(i, "closed by the sender", RecvSlotState::kClosed);
-    else if (next_post_seq_ > floor_ && since(now, p.last_heard_ns) > cfg_.stall_timeout_ns)
-        // The sender probes quiet paths every probe interval: with receives pending,
-        // silence this long means the path (or the peer) is gone.
+    else if (next_post_seq_ > floor_ && since(now, p.heard()) > cfg_.stall_timeout_ns)
+        // The sender probes quiet port pairs every probe interval: with receives pending,
+        // silence this long means the path's port pair (or the peer) is gone.
         lose_path_locked(i, "silent: nothing heard for " +
-                                std::to_string(since(now, p.last_heard_ns) / 1000000) +
+                                std::to_string(since(now, p.heard()) / 1000000) +
                                 " ms with receives pending", RecvSlotState::kLost);
     return true;
 }
@@ -202,6 +203,38 @@ void RecvComm::judge_connection_locked(uint64_t now) noexcept
     else if (since(now, no_path_since_ns_) > cfg_.fatal_timeout_ns)
         fail_locked(-ECONNRESET, describe() + ": no path to the peer for " +
                                      std::to_string(cfg_.fatal_timeout_ns / 1000000) + " ms");
+}
+
+} // namespace vigil::net
+
+namespace vigil::net {
+
+bool RecvComm::quiet_locked() const noexcept
+{
+    if (next_post_seq_ != floor_ || flushes_pending_ != 0) return false;
+    // A lost path waits for the sender's rebuild: its acceptor is polled by the timer.
+    for (const PathSlot &p : paths_)
+        if (p.state != RecvSlotState::kNone && !p.live() && !peer_closed_) return false;
+    return true;
+}
+
+void RecvComm::heartbeat_locked(int i, uint64_t now) noexcept
+{
+    // One heartbeat per port pair and interval, by whichever path of the pair, of any comm,
+    // claims it first.
+    PathSlot &p = paths_[i];
+    if (since(now, p.last_beat_ns) > cfg_.probe_interval_ns &&
+        (!p.pair || p.pair->claim_probe(now, cfg_.probe_interval_ns))) {
+        p.path->heartbeat();
+        p.last_beat_ns = now;
+    }
+}
+
+void RecvComm::quiet_tick_locked(uint64_t now) noexcept
+{
+    // Quiet: nothing posted, so no silence verdict is due either (judge_path_locked).
+    for (int i = 0; i < kMaxPaths; ++i)
+        if (paths_[i].live()) heartbeat_locked(i, now);
 }
 
 } // namespace vigil::net

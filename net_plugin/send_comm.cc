@@ -29,6 +29,7 @@ SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
         if (!paths.paths[i]) continue;
         sl.path = std::move(paths.paths[i]);
         sl.desc = sl.path->identity().describe();
+        sl.pair = PortPairs::process().get(sl.path->identity().dev, sl.path->identity().peer_port);
         set_state_locked(i, i == kPrimary ? SlotState::kActive : SlotState::kStandby);
         sl.last_heard_ns = sl.last_sent_ns = sl.up_since_ns = now;
         meter_locked(i);
@@ -499,7 +500,10 @@ void SendComm::progress_path_locked(int i, uint64_t now) noexcept
     PathSlot &s = paths_[i];
     PathStatus st = s.path->progress(s.sink);
     if (st.wait_ack != 0) ack_wait_locked(i, st, now);
-    if (st.heard) s.last_heard_ns = now;
+    if (st.heard) {
+        s.last_heard_ns = now;
+        if (s.pair) s.pair->heard(now);
+    }
     if (cts_error_ != 0 && st.error == 0) {
         st.error = cts_error_;
         st.fatal = true;

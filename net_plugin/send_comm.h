@@ -5,6 +5,7 @@
 // machine below), comm_telemetry.cc (meters and NCCL profiler net events).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "comm.h"
 #include "nccl_abi/nccl_common.h"
 #include "nccl_abi/profiler_net_vigil.h"
+#include "port_pairs.h"
 #include "striper.h"
 
 namespace vigil::net {
@@ -152,6 +154,11 @@ private:
         uint64_t last_heard_ns = 0;
         uint64_t last_sent_ns = 0;
         uint64_t up_since_ns = 0;
+        /// Liveness shared with every path of the process between the same two ports:
+        /// probes are sent once per pair and interval, silence is the pair's.
+        std::shared_ptr<PortPairs::Pair> pair;
+        /// When this path or its port pair last heard the receiver.
+        uint64_t heard() const { return std::max(last_heard_ns, pair ? pair->last_heard() : 0); }
         uint64_t next_rebuild_ns = 0;
         uint64_t backoff_ns = 0;
         bool rebuilt = false; // multipath: shares only after failback_hold
@@ -239,6 +246,9 @@ private:
 
     // failover.cc
     void watchdogs_locked(uint64_t now) noexcept;
+    bool quiet_locked() const noexcept override;
+    void quiet_tick_locked(uint64_t now) noexcept override { watchdogs_locked(now); }
+    uint64_t quiet_period_ns() const noexcept override { return std::max(kTimerNs, cfg_.probe_interval_ns); }
     void failover_locked(int dead, const std::string &cause) noexcept;
     /// Makes `slot` Active: generation += 1, a notice naming `abandoned` (-1: none) and that
     /// path's id, replay of everything neither acked nor held. Returns what it replays.

@@ -73,6 +73,7 @@ PathIdentity PathSetup::identity() const
     if (qps_) {
         id.local = "gid " + qps_->gid_text(true);
         id.peer = qps_->gid_text(false);
+        id.peer_port = id.peer;
         id.detail = "qp " + qp_list(qps_->local_end()) + " -> " + qp_list(qps_->remote());
     }
     return id;

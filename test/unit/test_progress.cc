@@ -326,6 +326,9 @@ protected:
     void goodbye_locked() noexcept override {}
     size_t nfds() const noexcept override { return 0; }
     int fd(size_t) const noexcept override { return -1; }
+    bool quiet_locked() const noexcept override { return false; }
+    uint64_t quiet_period_ns() const noexcept override { return kTimerNs; }
+    void quiet_tick_locked(uint64_t) noexcept override {}
 };
 
 } // namespace
