@@ -19,10 +19,29 @@ TcpRecvPath::TcpRecvPath(std::vector<UniqueFd> fds, PathIdentity id)
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
         streams_[i].fd = std::move(fds[i]);
-        streams_[i].stage = std::make_unique<uint8_t[]>(kStageBytes);
         want_rx_timestamps(streams_[i].fd.get());
     }
     out_.reserve(4096);
+}
+
+uint8_t *TcpRecvPath::stage_of(Stream &s)
+{
+    if (s.cap == 0) {
+        s.stage = std::make_unique<uint8_t[]>(kSmallStageBytes);
+        s.cap = kSmallStageBytes;
+    }
+    return s.stage.get();
+}
+
+void TcpRecvPath::staged(Stream &s, size_t n, size_t want)
+{
+    if (n < want || s.cap >= kStageBytes || ++s.full_reads < kGrowAfter) return;
+    auto big = std::make_unique<uint8_t[]>(kStageBytes);
+    std::memcpy(big.get(), s.stage.get() + s.lo, s.hi - s.lo);
+    s.hi -= s.lo;
+    s.lo = 0;
+    s.stage = std::move(big);
+    s.cap = kStageBytes;
 }
 
 ssize_t TcpRecvPath::recv_stream(Stream &s, uint8_t *to, size_t n)
@@ -100,14 +119,17 @@ TcpRecvPath::Step TcpRecvPath::read_header(Stream &s, RecvSink &sink, PathStatus
         if (s.hi != s.lo) fail(st, -ECONNRESET, "connection closed inside a frame header");
         return Step::kStop;
     }
+    uint8_t *stage = stage_of(s);
     if (s.lo > 0) {
-        std::memmove(s.stage.get(), s.stage.get() + s.lo, s.hi - s.lo);
+        std::memmove(stage, stage + s.lo, s.hi - s.lo);
         s.hi -= s.lo;
         s.lo = 0;
     }
-    const ssize_t n = recv_stream(s, s.stage.get() + s.hi, kStageBytes - s.hi);
+    const size_t want = s.cap - s.hi;
+    const ssize_t n = recv_stream(s, stage + s.hi, want);
     if (n > 0) {
         s.hi += static_cast<size_t>(n);
+        staged(s, static_cast<size_t>(n), want);
         *moved = true;
         st->heard = true;
         return Step::kMore;
@@ -144,8 +166,8 @@ TcpRecvPath::Step TcpRecvPath::read_payload(Stream &s, RecvSink &sink, PathStatu
     // the staging buffer, which may also take the next headers.
     s.lo = s.hi = 0;
     const bool direct = !s.discard && s.remaining >= kDirectBytes;
-    uint8_t *to = direct ? s.dest : s.stage.get();
-    const size_t want = direct ? static_cast<size_t>(s.remaining) : kStageBytes;
+    uint8_t *to = direct ? s.dest : stage_of(s);
+    const size_t want = direct ? static_cast<size_t>(s.remaining) : s.cap;
     const ssize_t n = recv_stream(s, to, want);
     if (n > 0) {
         *moved = true;
@@ -155,6 +177,7 @@ TcpRecvPath::Step TcpRecvPath::read_payload(Stream &s, RecvSink &sink, PathStatu
             s.remaining -= static_cast<uint64_t>(n);
         } else {
             s.hi = static_cast<size_t>(n);
+            staged(s, static_cast<size_t>(n), want);
         }
         return Step::kMore;
     }

@@ -164,7 +164,13 @@ public:
     int fd(size_t i) const override { return streams_[i].fd.get(); }
     size_t nfds() const override { return streams_.size(); }
 
+    /// A stream's staging buffer: none until the stream first reads, then kSmallStageBytes
+    /// (headers, probes, small frames), kStageBytes once kGrowAfter reads filled it (a stream
+    /// that moves many small frames, where fewer, larger reads pay). Thousands of quiet
+    /// connections then hold a few KiB each, not 64 KiB per stream.
     static constexpr size_t kStageBytes = 64 * 1024;
+    static constexpr size_t kSmallStageBytes = 4096;
+    static constexpr uint32_t kGrowAfter = 16;
     /// Payload remainders at least this large bypass the staging buffer.
     static constexpr size_t kDirectBytes = 4096;
     /// Back-channel bytes queued before the path is declared broken (the sender stopped
@@ -177,8 +183,10 @@ private:
         // payload of the frame in `h` (to `dest`, or nowhere when `discard`).
         enum State { kHeader, kPayload } state = kHeader;
         UniqueFd fd;
-        std::unique_ptr<uint8_t[]> stage;
-        size_t lo = 0, hi = 0; // unread staged bytes
+        std::unique_ptr<uint8_t[]> stage; // cap bytes (0: none yet)
+        size_t cap = 0;
+        uint32_t full_reads = 0; // reads that filled the stage (growth at kGrowAfter)
+        size_t lo = 0, hi = 0;   // unread staged bytes
         FrameHeader h;
         uint8_t *dest = nullptr;  // next payload byte goes here
         bool discard = false;     // payload of a completed message or a stale generation
@@ -187,6 +195,11 @@ private:
         uint64_t rx_ns = 0;       // CLOCK_REALTIME arrival of the newest byte read (0: unknown)
     };
 
+    /// The stream's staging buffer, allocated on first use (see kStageBytes).
+    static uint8_t *stage_of(Stream &s);
+    /// A read of `n` bytes into the stage asked for `want`: counts the reads that filled it
+    /// and grows it to kStageBytes at kGrowAfter, keeping the unread bytes.
+    static void staged(Stream &s, size_t n, size_t want);
     /// Moves as much as possible on one stream; returns true when anything moved.
     bool pump(Stream &s, RecvSink &sink, PathStatus *st);
     /// One step of pump(): go on, or stop (the socket is empty, or the path failed).
