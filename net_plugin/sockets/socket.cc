@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <dirent.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -58,23 +57,18 @@ void warn_fd_limit(int err, const char *what)
     uint64_t prev = last.load(std::memory_order_relaxed);
     if (prev != 0 && now - prev < 10'000'000'000ull) return;
     if (!last.compare_exchange_strong(prev, now, std::memory_order_relaxed)) return;
-    unsigned long open = 0;
-    if (DIR *d = opendir("/proc/self/fd")) {
-        while (const dirent *e = readdir(d))
-            if (e->d_name[0] != '.') ++open;
-        closedir(d);
-        if (open > 0) --open; // the directory's own fd
-    }
     rlimit rl{};
     getrlimit(RLIMIT_NOFILE, &rl);
+    // (At EMFILE the process holds as many fds as its soft limit allows: none is left to
+    // count them with.)
     if (err == EMFILE)
-        VLOG_WARN("cannot open %s: this process has %lu file descriptors open and RLIMIT_NOFILE is %s "
-                  "(hard limit %s): raise it (ulimit -n, LimitNOFILE= in a systemd unit, the container's "
-                  "nofile ulimit); each connection needs the fds docs/scale.md lists",
-                  what, open, limit_text(rl.rlim_cur).c_str(), limit_text(rl.rlim_max).c_str());
+        VLOG_WARN("cannot open %s: this process has reached RLIMIT_NOFILE, %s open file descriptors "
+                  "(hard limit %s): raise the hard limit (ulimit -Hn, LimitNOFILE= in a systemd unit, "
+                  "the container's nofile ulimit); Vigil raises the soft one to it at init, and each "
+                  "connection holds the fds docs/scale.md lists",
+                  what, limit_text(rl.rlim_cur).c_str(), limit_text(rl.rlim_max).c_str());
     else
-        VLOG_WARN("cannot open %s: the system's file table is full (fs.file-max; this process has %lu "
-                  "open)", what, open);
+        VLOG_WARN("cannot open %s: the system's file table is full (fs.file-max)", what);
 }
 
 int tune_socket(int fd, long buf_bytes)

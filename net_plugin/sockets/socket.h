@@ -63,8 +63,8 @@ int make_socket(int family);
 /// Logs the change at INFO; a failure is logged and otherwise ignored. Thread-safe.
 void raise_fd_limit();
 /// One WARN, at most every 10 s per process, when an fd could not be created (`err`: EMFILE
-/// or ENFILE; other values are ignored): what was being opened, the fds this process has open,
-/// its RLIMIT_NOFILE soft and hard limits, and how to raise them. Thread-safe.
+/// or ENFILE; other values are ignored): what was being opened, the process's RLIMIT_NOFILE
+/// soft and hard limits, and how to raise them. Thread-safe.
 void warn_fd_limit(int err, const char *what);
 /// TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when buf_bytes > 0. Returns 0 or -errno.
 int tune_socket(int fd, long buf_bytes);
