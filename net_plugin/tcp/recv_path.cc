@@ -33,9 +33,9 @@ uint8_t *TcpRecvPath::stage_of(Stream &s)
     return s.stage.get();
 }
 
-void TcpRecvPath::staged(Stream &s, size_t n, size_t want)
+void TcpRecvPath::grow_stage(Stream &s)
 {
-    if (n < want || s.cap >= kStageBytes || ++s.full_reads < kGrowAfter) return;
+    if (s.cap >= kStageBytes || ++s.full_reads < kGrowAfter) return;
     auto big = std::make_unique<uint8_t[]>(kStageBytes);
     std::memcpy(big.get(), s.stage.get() + s.lo, s.hi - s.lo);
     s.hi -= s.lo;
@@ -112,6 +112,10 @@ TcpRecvPath::Step TcpRecvPath::read_header(Stream &s, RecvSink &sink, PathStatus
             return Step::kStop;
         }
         s.lo += FrameHeader::kSize;
+        // A read that filled the stage and began with a small frame: small frames stream
+        // here, and a larger stage saves reads (a large frame's payload goes direct anyway).
+        if (s.filled && s.h.len < kDirectBytes) grow_stage(s);
+        s.filled = false;
         *moved = true;
         return on_header(s, sink, st) ? Step::kMore : Step::kStop;
     }
@@ -129,7 +133,7 @@ TcpRecvPath::Step TcpRecvPath::read_header(Stream &s, RecvSink &sink, PathStatus
     const ssize_t n = recv_stream(s, stage + s.hi, want);
     if (n > 0) {
         s.hi += static_cast<size_t>(n);
-        staged(s, static_cast<size_t>(n), want);
+        s.filled = static_cast<size_t>(n) == want;
         *moved = true;
         st->heard = true;
         return Step::kMore;
@@ -177,7 +181,8 @@ TcpRecvPath::Step TcpRecvPath::read_payload(Stream &s, RecvSink &sink, PathStatu
             s.remaining -= static_cast<uint64_t>(n);
         } else {
             s.hi = static_cast<size_t>(n);
-            staged(s, static_cast<size_t>(n), want);
+            // A small remainder whose read filled the stage: small frames follow it.
+            if (static_cast<size_t>(n) == want) grow_stage(s);
         }
         return Step::kMore;
     }

@@ -165,9 +165,10 @@ public:
     size_t nfds() const override { return streams_.size(); }
 
     /// A stream's staging buffer: none until the stream first reads, then kSmallStageBytes
-    /// (headers, probes, small frames), kStageBytes once kGrowAfter reads filled it (a stream
-    /// that moves many small frames, where fewer, larger reads pay). Thousands of quiet
-    /// connections then hold a few KiB each, not 64 KiB per stream.
+    /// (headers, probes, small frames), kStageBytes once kGrowAfter reads filled it with small
+    /// frames (a stream of many small frames, where fewer, larger reads pay; a large frame's
+    /// payload is read straight into its buffer). Thousands of connections then hold a few
+    /// KiB per stream, not 64 KiB.
     static constexpr size_t kStageBytes = 64 * 1024;
     static constexpr size_t kSmallStageBytes = 4096;
     static constexpr uint32_t kGrowAfter = 16;
@@ -185,7 +186,8 @@ private:
         UniqueFd fd;
         std::unique_ptr<uint8_t[]> stage; // cap bytes (0: none yet)
         size_t cap = 0;
-        uint32_t full_reads = 0; // reads that filled the stage (growth at kGrowAfter)
+        uint32_t full_reads = 0; // reads that filled it with small frames (kGrowAfter)
+        bool filled = false;     // the last header read filled it
         size_t lo = 0, hi = 0;   // unread staged bytes
         FrameHeader h;
         uint8_t *dest = nullptr;  // next payload byte goes here
@@ -197,9 +199,9 @@ private:
 
     /// The stream's staging buffer, allocated on first use (see kStageBytes).
     static uint8_t *stage_of(Stream &s);
-    /// A read of `n` bytes into the stage asked for `want`: counts the reads that filled it
-    /// and grows it to kStageBytes at kGrowAfter, keeping the unread bytes.
-    static void staged(Stream &s, size_t n, size_t want);
+    /// A read filled the stage with small frames: counts it, and at kGrowAfter grows the
+    /// stage to kStageBytes, keeping the unread bytes.
+    static void grow_stage(Stream &s);
     /// Moves as much as possible on one stream; returns true when anything moved.
     bool pump(Stream &s, RecvSink &sink, PathStatus *st);
     /// One step of pump(): go on, or stop (the socket is empty, or the path failed).
