@@ -563,7 +563,7 @@ void Bench::fanout_run()
     // Each connection's completion time in the current round and in the slowest round (from
     // the round's start, this rank's view).
     std::vector<double> took(n, 0), worst_took;
-    double worst = -1;
+    double worst = -1, worst_at = 0, first_round = 0;
     int tag = 0; // the sender's rank
     // --duration: rounds until the time is up, the ranks agreeing at each round's barrier.
     const double t_end = now_s() + o_.duration_s;
@@ -607,8 +607,10 @@ void Bench::fanout_run()
         }
         const double dt = now_s() - t;
         if (it >= warmup) rounds.push_back(dt);
+        if (it == warmup) first_round = t;
         if (it >= warmup && dt > worst) {
             worst = dt;
+            worst_at = t - first_round;
             worst_took = took;
         }
         if (sender) bytes_sent_ += size * n;
@@ -628,7 +630,7 @@ void Bench::fanout_run()
     std::sort(worst_took.begin(), worst_took.end());
     auto pct = [&](double q) { return worst_took.empty() ? 0.0 : worst_took[static_cast<size_t>(q * static_cast<double>(worst_took.size() - 1))]; };
     struct Side {
-        double setup_s, round_p50_s, round_max_s, idle_cpu_pct, worst_p50_s, worst_p99_s;
+        double setup_s, round_p50_s, round_max_s, idle_cpu_pct, worst_p50_s, worst_p99_s, worst_at_s;
         uint64_t nrounds;
         uint64_t base_rss_kib, setup_rss_kib, used_rss_kib, base_fds, setup_fds;
     } mine{setup_s_,
@@ -637,6 +639,7 @@ void Bench::fanout_run()
            idle_wall > 0 ? idle_cpu / idle_wall * 100 : 0,
            pct(0.5),
            pct(0.99),
+           worst_at,
            rounds.size(),
            base_rss_kib_, setup_rss, used_rss, base_fds_, setup_fds};
     std::vector<uint8_t> all;
@@ -653,13 +656,14 @@ void Bench::fanout_run()
                       "\"idle_cpu_pct\":%.2f,\"rss_kib_per_conn\":%.1f,\"rss_used_kib_per_conn\":%.1f,"
                       "\"fds_per_conn\":%.2f,\"base_rss_kib\":%" PRIu64 ",\"base_fds\":%" PRIu64 ","
                       "\"rounds\":%" PRIu64 ",\"worst_round_ms\":%.2f,\"worst_round_conn_p50_ms\":%.2f,"
-                      "\"worst_round_conn_p99_ms\":%.2f}",
+                      "\"worst_round_conn_p99_ms\":%.2f,\"worst_round_at_s\":%.3f}",
                       r == 0 ? "" : ",", r == 0 ? "send" : "recv", x.setup_s, x.round_p50_s * 1e6 / per,
                       x.round_max_s * 1e6 / per, x.idle_cpu_pct,
                       static_cast<double>(x.setup_rss_kib - std::min(x.setup_rss_kib, x.base_rss_kib)) / per,
                       static_cast<double>(x.used_rss_kib - std::min(x.used_rss_kib, x.base_rss_kib)) / per,
                       static_cast<double>(x.setup_fds - std::min(x.setup_fds, x.base_fds)) / per, x.base_rss_kib,
-                      x.base_fds, x.nrounds, x.round_max_s * 1e3, x.worst_p50_s * 1e3, x.worst_p99_s * 1e3);
+                      x.base_fds, x.nrounds, x.round_max_s * 1e3, x.worst_p50_s * 1e3, x.worst_p99_s * 1e3,
+                      x.worst_at_s);
         sides += buf;
     }
     std::printf("{\"type\":\"fanout\",\"conns\":%zu,\"bytes\":%zu,\"idle_s\":%.1f,%s}\n", n, size, o_.idle_s,
