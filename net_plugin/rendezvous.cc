@@ -229,10 +229,32 @@ int Connecting::progress(SendPaths *out)
     return 0;
 }
 
+namespace {
+std::atomic<int> g_dials_in_flight{0}; // Rebuilding's attempts in progress, this process
+} // namespace
+
 Rebuilding::Rebuilding(std::shared_ptr<ConnectSide> side, const std::array<uint8_t, 16> &nonce,
                        uint64_t conn_id)
     : side_(std::move(side)), nonce_(nonce), conn_id_(conn_id)
 {
+}
+
+Rebuilding::~Rebuilding()
+{
+    for (int i = 0; i < kMaxPaths; ++i) end_attempt(i);
+}
+
+int Rebuilding::dials_in_flight() noexcept
+{
+    return g_dials_in_flight.load(std::memory_order_relaxed);
+}
+
+void Rebuilding::end_attempt(int slot) noexcept
+{
+    std::unique_ptr<Dial> &a = attempts_[static_cast<size_t>(slot)];
+    if (!a) return;
+    a.reset();
+    g_dials_in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool Rebuilding::can_rebuild(int slot) const
@@ -247,19 +269,28 @@ int Rebuilding::progress(int slot, std::unique_ptr<SendPath> *out)
     std::unique_ptr<Dial> &a = attempts_[static_cast<size_t>(slot)];
     const uint64_t now = now_ns();
     if (!a) {
+        // Paced: wait for a place among the process's attempts (reported as in progress).
+        if (g_dials_in_flight.fetch_add(1, std::memory_order_relaxed) >= kMaxDialsInFlight) {
+            g_dials_in_flight.fetch_sub(1, std::memory_order_relaxed);
+            return 0;
+        }
         const int rc = side_->dial(make_intro(*side_, slot, nonce_, conn_id_, true), now, &a);
-        if (rc != 0) return rc;
+        if (rc != 0 || !a) {
+            g_dials_in_flight.fetch_sub(1, std::memory_order_relaxed);
+            a.reset();
+            return rc != 0 ? rc : -EIO;
+        }
     }
     std::string why;
     if (int rc = a->step(now, &why); rc != 0) {
         VLOG_TRACE(NCCL_NET, "rebuild of %s path from dev %s failed: %s",
                    slot == kPrimary ? "primary" : "backup", a->local_name().c_str(), why.c_str());
-        a.reset();
+        end_attempt(slot);
         return rc;
     }
     if (!a->done()) return 0;
     *out = a->build();
-    a.reset();
+    end_attempt(slot);
     return 0;
 }
 

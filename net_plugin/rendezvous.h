@@ -362,16 +362,27 @@ private:
 };
 
 /// Rebuilds a sending connection's dead paths along its plan: one Dial at a time per slot,
-/// with the connection's id and the rebuild flag.
+/// with the connection's id and the rebuild flag. Paced per process: at most
+/// kMaxDialsInFlight rebuild attempts are in progress at once across every connection (a
+/// port that heals under thousands of connections would otherwise start thousands of
+/// connects and handshakes in one timer pass, stalling the data path); the others wait,
+/// reporting "in progress", and start as earlier attempts end.
 class Rebuilding final : public PathRebuilder
 {
 public:
+    static constexpr int kMaxDialsInFlight = 64;
     Rebuilding(std::shared_ptr<ConnectSide> side, const std::array<uint8_t, 16> &nonce,
                uint64_t conn_id);
+    ~Rebuilding() override;
     bool can_rebuild(int slot) const override;
     int progress(int slot, std::unique_ptr<SendPath> *out) override;
+    /// Rebuild attempts in progress in this process now.
+    static int dials_in_flight() noexcept;
 
 private:
+    /// Ends slot `slot`'s attempt and gives its place back.
+    void end_attempt(int slot) noexcept;
+
     std::shared_ptr<ConnectSide> side_;
     std::array<uint8_t, 16> nonce_;
     uint64_t conn_id_;
