@@ -621,6 +621,10 @@ void Bench::fanout_run()
     const uint64_t used_rss = rss_kib() - std::min<uint64_t>(rss_kib(), n * size / 1024);
     // Idle: every connection open, nothing posted, no plugin call from this thread.
     if (std::string e = rdv_.barrier(); !e.empty()) die(e);
+    if (sender && o_.idle_s > 0) {
+        std::printf("# fanout: idle for %.1f s\n", o_.idle_s);
+        std::fflush(stdout);
+    }
     const double c0 = cpu_s(), w0 = now_s();
     std::this_thread::sleep_for(std::chrono::duration<double>(o_.idle_s));
     const double idle_cpu = cpu_s() - c0, idle_wall = now_s() - w0;
