@@ -107,6 +107,17 @@ void Listening::file(std::unique_ptr<Arrival> a, uint64_t now)
     if (in.nparts != g->nparts || in.npaths != g->npaths)
         return refuse(*a, part + " or path count differs from its connection's first " + part);
     Slot &sl = g->slots[static_cast<size_t>(in.slot)];
+    if (g->rebuild && sl.count > 0 && sl.path_id != in.path_id) {
+        // A newer rebuild attempt of the sender's (one at a time per slot there: the older
+        // one ended, e.g. at its handshake timeout under load): its parts replace the
+        // older attempt's, which would otherwise hold the group until its deadline and
+        // refuse every newer attempt's streams as duplicates.
+        VLOG_INFO(NCCL_NET, "dev %s: a newer rebuild of connection %llx's %s path replaces an unfinished one",
+                  dev_name(a->dev()).c_str(), static_cast<unsigned long long>(in.conn_id),
+                  in.slot == kPrimary ? "primary" : "backup");
+        sl = Slot{};
+        g->deadline_ns = now + side_->handshake_timeout_ns();
+    }
     sl.parts.resize(static_cast<size_t>(g->nparts));
     if (sl.parts[static_cast<size_t>(in.part)])
         return refuse(*a, g->nparts > 1 ? "duplicate " + part + " index"

@@ -369,6 +369,21 @@ TEST_CASE("a rebuilt path waits in the listener for its connection's acceptor", 
     CHECK(p->identity().slot == vn::kPrimary);
     CHECK(p->identity().id == 1234);
     CHECK(!t.l->busy());
+
+    // An unfinished rebuild (one of two streams) is replaced by the sender's next attempt:
+    // its streams are not refused as duplicates, and the path built is the newer one.
+    Capture cap;
+    in.part = 0;
+    in.path_id = 1300;
+    t.arrive(0, in);
+    in.path_id = 1301; // the next attempt, from its first stream again
+    t.arrive(0, in);
+    CHECK(Capture::count(NCCL_LOG_WARN, "duplicate stream index") == 0);
+    in.part = 1;
+    t.arrive(0, in);
+    REQUIRE(t.l->take_rebuilt(3, &p));
+    REQUIRE(p);
+    CHECK(p->identity().id == 1301);
 }
 
 namespace {
