@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "fabric.h"
 #include "log.h"
+#include "port_pairs.h"
 #include "progress.h"
 #include "telemetry/registry.h"
 #include "telemetry/window.h"
@@ -156,6 +157,12 @@ protected:
     };
     /// Says goodbye on every live path; called with mu_ held.
     virtual void goodbye_locked() noexcept = 0;
+    /// The process's port pair (PortPairs) of the path named by `id`: its device and the
+    /// remote port it reaches.
+    static std::shared_ptr<PortPairs::Pair> pair_of(const PathIdentity &id)
+    {
+        return PortPairs::process().get(id.dev, id.peer_port);
+    }
     /// Nothing in flight or posted, every path up, no switch or rebuild under way: its only
     /// timer work is the port pairs' probes and silence checks, due every probe interval.
     /// Called with mu_ held.

@@ -207,7 +207,7 @@ void SendComm::install_locked(int i, std::unique_ptr<SendPath> p, uint64_t now) 
     sl.path = std::move(p);
     watch(*sl.path, true);
     sl.desc = sl.path->identity().describe();
-    sl.pair = PortPairs::process().get(sl.path->identity().dev, sl.path->identity().peer_port);
+    sl.pair = pair_of(sl.path->identity());
     set_state_locked(i, SlotState::kStandby);
     sl.rebuilt = true;
     sl.up_since_ns = sl.last_heard_ns = sl.last_sent_ns = now;

@@ -69,14 +69,19 @@ bool Endpoint::from_sockaddr(const sockaddr *sa, Endpoint *out)
     return true;
 }
 
-std::string Endpoint::to_string() const
+std::string Endpoint::address() const
 {
     char buf[INET6_ADDRSTRLEN] = "?";
     inet_ntop(family == AF_INET ? AF_INET : AF_INET6, addr.data(), buf, sizeof(buf));
+    return buf;
+}
+
+std::string Endpoint::to_string() const
+{
     // Appends, not `"[" + std::string`: a bogus GCC 12 -Wrestrict at -O3 (GCC bug 105329).
     if (family == AF_INET6)
-        return std::string("[").append(buf).append("]:").append(std::to_string(port));
-    return std::string(buf) + ":" + std::to_string(port);
+        return std::string("[").append(address()).append("]:").append(std::to_string(port));
+    return address().append(":").append(std::to_string(port));
 }
 
 uint32_t fnv1a32(const uint8_t *p, size_t n)

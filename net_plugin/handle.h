@@ -26,6 +26,8 @@ struct Endpoint {
     static bool from_sockaddr(const sockaddr *sa, Endpoint *out);
     /// "10.0.0.1:4242" or "[fe80::1]:4242".
     std::string to_string() const;
+    /// The address alone: "10.0.0.1" or "fe80::1".
+    std::string address() const;
     bool operator==(const Endpoint &) const = default;
 };
 

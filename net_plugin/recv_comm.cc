@@ -28,7 +28,7 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
         if (!paths.paths[i]) continue;
         p.path = std::move(paths.paths[i]);
         p.desc = p.path->identity().describe();
-        p.pair = PortPairs::process().get(p.path->identity().dev, p.path->identity().peer_port);
+        p.pair = pair_of(p.path->identity());
         p.state = RecvSlotState::kLive;
         p.last_heard_ns = now;
         p.tm = PathTelemetry::make(tcfg_, Direction::kRecv, p.path->identity(), this);

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "comm.h"
-#include "port_pairs.h"
 
 namespace vigil::net {
 

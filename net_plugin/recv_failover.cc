@@ -141,7 +141,7 @@ void RecvComm::accept_rebuilt_locked(uint64_t now) noexcept
     ps.path = std::move(np);
     watch(*ps.path, true);
     ps.desc = ps.path->identity().describe();
-    ps.pair = PortPairs::process().get(ps.path->identity().dev, ps.path->identity().peer_port);
+    ps.pair = pair_of(ps.path->identity());
     ps.tm.reset();
     ps.tm = PathTelemetry::make(tcfg_, Direction::kRecv, ps.path->identity(), this);
     if (ps.tm) ps.tm->meter.set_state(now, telemetry::kStandby, gen_);

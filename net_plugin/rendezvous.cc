@@ -244,11 +244,6 @@ Rebuilding::~Rebuilding()
     for (int i = 0; i < kMaxPaths; ++i) end_attempt(i);
 }
 
-int Rebuilding::dials_in_flight() noexcept
-{
-    return g_dials_in_flight.load(std::memory_order_relaxed);
-}
-
 void Rebuilding::end_attempt(int slot) noexcept
 {
     std::unique_ptr<Dial> &a = attempts_[static_cast<size_t>(slot)];

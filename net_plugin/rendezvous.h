@@ -376,8 +376,6 @@ public:
     ~Rebuilding() override;
     bool can_rebuild(int slot) const override;
     int progress(int slot, std::unique_ptr<SendPath> *out) override;
-    /// Rebuild attempts in progress in this process now.
-    static int dials_in_flight() noexcept;
 
 private:
     /// Ends slot `slot`'s attempt and gives its place back.

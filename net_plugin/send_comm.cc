@@ -29,7 +29,7 @@ SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
         if (!paths.paths[i]) continue;
         sl.path = std::move(paths.paths[i]);
         sl.desc = sl.path->identity().describe();
-        sl.pair = PortPairs::process().get(sl.path->identity().dev, sl.path->identity().peer_port);
+        sl.pair = pair_of(sl.path->identity());
         set_state_locked(i, i == kPrimary ? SlotState::kActive : SlotState::kStandby);
         sl.last_heard_ns = sl.last_sent_ns = sl.up_since_ns = now;
         meter_locked(i);

@@ -14,7 +14,6 @@
 #include "comm.h"
 #include "nccl_abi/nccl_common.h"
 #include "nccl_abi/profiler_net_vigil.h"
-#include "port_pairs.h"
 #include "striper.h"
 
 namespace vigil::net {

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -83,32 +82,23 @@ int tune_socket(int fd, long buf_bytes)
     return 0;
 }
 
-void socket_endpoints(int fd, std::string *local, std::string *peer)
+void socket_endpoints(int fd, std::string *local, std::string *peer, std::string *peer_addr)
 {
     sockaddr_storage a{}, b{};
     socklen_t la = sizeof(a), lb = sizeof(b);
     Endpoint l, p;
-    std::string ls = "?", ps = "?";
+    std::string ls = "?", ps = "?", pa;
     if (getsockname(fd, reinterpret_cast<sockaddr *>(&a), &la) == 0 &&
         Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&a), &l))
         ls = l.to_string();
     if (getpeername(fd, reinterpret_cast<sockaddr *>(&b), &lb) == 0 &&
-        Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&b), &p))
+        Endpoint::from_sockaddr(reinterpret_cast<sockaddr *>(&b), &p)) {
         ps = p.to_string();
+        pa = p.address();
+    }
     *local = ls;
     *peer = ps;
-}
-
-std::string peer_address(int fd)
-{
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    if (getpeername(fd, reinterpret_cast<sockaddr *>(&ss), &len) != 0) return {};
-    char buf[INET6_ADDRSTRLEN] = "";
-    const void *a = ss.ss_family == AF_INET ? static_cast<const void *>(&reinterpret_cast<sockaddr_in *>(&ss)->sin_addr)
-                                            : static_cast<const void *>(&reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_addr);
-    if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) return {};
-    return inet_ntop(ss.ss_family, a, buf, sizeof(buf)) != nullptr ? std::string(buf) : std::string();
+    if (peer_addr != nullptr) *peer_addr = pa;
 }
 
 } // namespace vigil::net

@@ -68,10 +68,8 @@ void raise_fd_limit();
 void warn_fd_limit(int err, const char *what);
 /// TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when buf_bytes > 0. Returns 0 or -errno.
 int tune_socket(int fd, long buf_bytes);
-/// Local and peer endpoint of a connected socket ("?" on failure).
-void socket_endpoints(int fd, std::string *local, std::string *peer);
-/// The peer's address of a connected socket without its port ("10.0.0.2", "fe80::1"); ""
-/// on failure.
-std::string peer_address(int fd);
+/// Local and peer endpoint of a connected socket ("?" on failure), and, when `peer_addr` is
+/// given, the peer's address without its port ("10.0.0.2", "fe80::1"; "" on failure).
+void socket_endpoints(int fd, std::string *local, std::string *peer, std::string *peer_addr = nullptr);
 
 } // namespace vigil::net

@@ -140,8 +140,7 @@ PathIdentity path_identity(int slot, int dev, const std::string &dev_name, uint6
     id.dev = dev;
     id.dev_name = dev_name;
     id.id = path_id;
-    socket_endpoints(fds[0].get(), &id.local, &id.peer);
-    id.peer_port = peer_address(fds[0].get());
+    socket_endpoints(fds[0].get(), &id.local, &id.peer, &id.peer_port);
     id.detail = std::to_string(fds.size()) + " streams";
     return id;
 }

@@ -69,6 +69,8 @@ private:
     void multirecv();
     void fanout_run(); // --workload fanout
 
+    /// CPU seconds this process has used, every thread (the plugin's included): getrusage.
+    static double cpu_s();
     /// This process's resident memory, KiB (/proc/self/statm); 0 when unreadable.
     static uint64_t rss_kib();
     /// This process's open file descriptors (/proc/self/fd); 0 when unreadable.

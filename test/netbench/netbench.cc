@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <sys/resource.h>
 #include <thread>
 #include <unistd.h>
 #include <utility>
@@ -247,10 +246,7 @@ int Bench::run()
         }
     }
 
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru); // this process's CPU time, all threads (plugin's included)
-    const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                       static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    const double cpu = cpu_s();
     struct Result {
         uint64_t bytes, errors, retries, msgs, verified;
         double cpu_s, stall_s;

@@ -517,17 +517,13 @@ uint64_t Bench::open_fds()
     return n > 0 ? n - 1 : 0; // less the directory's own fd
 }
 
-namespace {
-
-double cpu_s()
+double Bench::cpu_s()
 {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru); // the whole process: the plugin's threads too
     return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
-
-} // namespace
 
 // Fanout: rank 0 holds C send comms to rank 1, which holds their C receive comms (an
 // all-to-all at scale opens one connection per remote peer and channel, most of them idle
