@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <utility>
+#include <vector>
 #include <sys/mman.h>
 
 namespace vigil::telemetry {
@@ -60,15 +62,23 @@ ProcessHealth read_health(const RegistryView &view)
         }
         if (e.degraded.load(std::memory_order_acquire) == 0) continue;
         d.degraded = true;
-        // The detector's judged value of the newest window that carries one (an idle
-        // window after the verdict has none), at most a ring's worth back.
+        // The median of the detector's judged values over the ring's windows of this episode
+        // (flagged, with a judged value and a baseline): the newest alone swung from a tenth
+        // to above the baseline while the port stayed cut (under multipath a degraded path
+        // carries only what the striper leaves it, now and then a few pieces at its burst
+        // rate), and each swing was a different fraction in the tuner's view.
         const uint64_t head = e.ring.head.load(std::memory_order_acquire);
+        std::vector<std::pair<double, WindowRecord>> flagged; // judged / baseline, window
         WindowRecord w{};
-        bool found = false;
-        for (uint64_t k = head; k-- > 0 && head - k <= kRingCapacity && !found;)
-            found = RegistryView::read(e, k, &w) && w.baseline_bps != 0 && w.judged_bps != 0;
-        if (!found) continue;
-        const double judged = static_cast<double>(w.judged_bps), base = static_cast<double>(w.baseline_bps);
+        for (uint64_t k = head; k-- > 0 && head - k <= kRingCapacity;)
+            if (RegistryView::read(e, k, &w) && w.degraded != 0 && w.baseline_bps != 0 && w.judged_bps != 0)
+                flagged.emplace_back(static_cast<double>(w.judged_bps) / static_cast<double>(w.baseline_bps), w);
+        if (flagged.empty()) continue;
+        auto mid = flagged.begin() + static_cast<std::ptrdiff_t>(flagged.size() / 2);
+        std::nth_element(flagged.begin(), mid, flagged.end(),
+                         [](const auto &a, const auto &b) { return a.first < b.first; });
+        const double judged = static_cast<double>(mid->second.judged_bps);
+        const double base = static_cast<double>(mid->second.baseline_bps);
         if (d.baseline_bps == 0 || judged / base < d.judged_bps / d.baseline_bps) {
             d.judged_bps = judged;
             d.baseline_bps = base;

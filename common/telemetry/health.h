@@ -21,8 +21,11 @@ struct DeviceHealth {
     uint32_t paths = 0;        ///< live path entries on the device
     bool failed = false;       ///< a path on it is dead: its traffic failed over
     bool degraded = false;     ///< a live path on it is flagged by the detector
-    double judged_bps = 0;     ///< worst degraded path's busy-time bandwidth (bytes/s), 0 if none
-    double baseline_bps = 0;   ///< that path's baseline (bytes/s)
+    /// Worst degraded path's busy-time bandwidth (bytes/s), 0 if none: per path the median of
+    /// the detector's judged values over its flagged windows still in the ring (the episode's
+    /// last kRingCapacity windows).
+    double judged_bps = 0;
+    double baseline_bps = 0;   ///< that path's baseline (bytes/s), from the same window
     uint64_t failovers = 0;    ///< failovers of the device's paths, summed
     /// Busy-time bandwidth over baseline: 0 when failed, judged/baseline when degraded (1
     /// when the baseline is unknown), else 1.

@@ -43,6 +43,7 @@ void DegradeDetector::open_slot(int k)
     pos_ = (pos_ + 1) % k;
     ++since_change_;
     if (slow_for_ > 0) ++slow_for_;
+    if (well_for_ > 0) ++well_for_;
 }
 
 void DegradeDetector::learn(int k, bool slow, double bw)
@@ -112,6 +113,15 @@ int DegradeDetector::feed(const WindowRecord &w)
     const bool slow = healthy_seen_ >= cfg_.warmup && bw < cfg_.fraction * baseline_;
     if (!slow) slow_for_ = 0;
     else if (slow_for_ == 0) slow_for_ = 1;
+    // Clearly healthy: at least midway between the threshold and the baseline, with the end
+    // points' wait left in, as the baseline was learned (learn()): taken out, a span whose
+    // wait nearly covers its busy time reads as many times the port's rate (a cut port read
+    // 1-3 GB/s, ten to thirty times its rate, on a saturated host). Recovery needs that on every
+    // judgement of a span, not one judgement at the threshold (see "Verdict" in window.h).
+    const double raw = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
+    const bool well = !slow && raw >= (1 + cfg_.fraction) / 2 * baseline_;
+    if (!well) well_for_ = 0;
+    else if (well_for_ == 0) well_for_ = 1;
     if (!degraded_) {
         // Slow on every judgement for a full span: a single stall nobody could report (the
         // kernel's own network processing held up on a saturated host, before any socket
@@ -120,14 +130,16 @@ int DegradeDetector::feed(const WindowRecord &w)
             degraded_ = true;
             since_change_ = 0;
             slow_for_ = 0;
+            well_for_ = 0;
             return +1;
         }
         learn(k, slow, bw);
         return 0;
     }
-    if (!slow && since_change_ >= k) {
+    if (well && well_for_ >= k && since_change_ >= k) {
         degraded_ = false;
         since_change_ = 0;
+        well_for_ = 0;
         return -1;
     }
     return 0;

@@ -114,8 +114,13 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
 /// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
 /// processing held up on a saturated host, before any socket timestamp) drags one span down, a
-/// slow path all of them. Healthy again when the aggregate is back at or above the threshold.
-/// A verdict holds for at least `k` loaded windows.
+/// slow path all of them. Healthy again when the aggregate has been clearly healthy (at least
+/// midway between the threshold and the baseline, as for learning, and with the wait left in,
+/// as the baseline was learned) at every judgement for `k` loaded windows: one judgement at the threshold was enough before, and under multipath a
+/// degraded path's aggregate swings above it whenever the striper leaves it only a few
+/// pieces (it then carries them at its burst rate), so its verdict, and the tuner's view with
+/// it, flapped every few blocks while the port stayed cut. A verdict holds for at least `k`
+/// loaded windows.
 struct DetectorConfig {
     double fraction = 0.5;
     int k = 8;
@@ -163,6 +168,8 @@ private:
     int since_change_ = 0; // loaded windows since the last verdict change
     int slow_for_ = 0;     // loaded windows since the aggregate was first judged slow (0: it
                            // was last judged not slow)
+    int well_for_ = 0;     // loaded windows since the aggregate was first judged clearly
+                           // healthy (0: it was last judged below that)
     int loaded_run_ = 0;   // loaded windows since the last one that was not
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]

@@ -529,6 +529,37 @@ TEST_CASE("health: two active send paths of one connection mean multipath, and t
     r.release(a);
     r.release(b);
 
+    // A degraded path's fraction is the median of its flagged windows still in the ring, not
+    // the newest one: a few pieces carried at the burst rate after the verdict must not read
+    // as a whole port.
+    {
+        PathEntry *c = r.acquire(0, 0, 0, "eth0", "10.9.0.1:4001", "10.9.0.2:5001", next_conn_id());
+        REQUIRE(c != nullptr);
+        c->state.store(vt::kActive);
+        auto flagged = [](uint64_t judged, uint8_t degraded) {
+            WindowRecord w{};
+            w.window_us = 1000;
+            w.bytes = 1;
+            w.degraded = degraded;
+            w.baseline_bps = 100'000'000;
+            w.judged_bps = judged;
+            return w;
+        };
+        vt::ring_push(*c, flagged(90'000'000, 0)); // before the verdict: not the episode's
+        for (uint64_t j : {20'000'000, 30'000'000, 25'000'000, 26'000'000, 24'000'000})
+            vt::ring_push(*c, flagged(j, 1));
+        vt::ring_push(*c, flagged(150'000'000, 1)); // a burst, newest
+        c->degraded.store(1);
+        RegistryView cv;
+        REQUIRE(cv.open(r.path(), &why) == 0);
+        const vt::ProcessHealth h = vt::read_health(cv);
+        const auto dev = std::find_if(h.devices.begin(), h.devices.end(), [](const auto &d) { return d.dev == 0; });
+        REQUIRE(dev != h.devices.end());
+        CHECK(dev->degraded);
+        CHECK(dev->fraction() == Approx(0.26)); // median of 20, 30, 25, 26, 24, 150
+        r.release(c);
+    }
+
     vt::ProcessHealth ph;
     vt::DeviceHealth slow, whole;
     slow.degraded = true;
