@@ -158,12 +158,14 @@ void Comm::on_tick() noexcept
     }
     // A quiet comm's fds wake the engine for whatever arrives (wake_ is set: nobody polls
     // it), so its tick is only its timers: no I/O pass over its paths.
+    probed_ = false;
     if (wake_ && quiet_locked()) quiet_tick_locked(now);
     else engine_progress_locked();
-    // A quiet comm's next timer work is a probe interval away (a post makes it busy: it is
-    // then served by its fds and by the application's test() calls, its watchdogs by the next
-    // tick, at most one quiet period later).
-    if (quiet_locked()) next_timer_ns_.store(now + quiet_period_ns(), std::memory_order_relaxed);
+    // A quiet comm's next timer work is a probe interval away if it probes a port pair, else
+    // its pairs' silence check (quiet_period()). A post makes it busy: it is then served by its
+    // fds and by the application's test() calls, its watchdogs by the next tick, at most one
+    // quiet period later.
+    if (quiet_locked()) next_timer_ns_.store(now + quiet_period_ns(probed_), std::memory_order_relaxed);
 }
 
 void Comm::fail_locked(int err, const std::string &what) noexcept

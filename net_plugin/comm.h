@@ -61,6 +61,18 @@ struct FailoverConfig {
     uint64_t piece_bytes = 256 * 1024; ///< with multipath: bytes posted to one path at a time
 };
 
+/// A quiet comm's timer period (Comm::on_tick), ns. The comm that sent one of its port pairs'
+/// probes or heartbeats at its last tick (`prober`: it claimed it, PortPairs::Pair::
+/// claim_probe) comes back every probe interval to send the next; every other quiet comm only
+/// watches its pairs' silence, which is judged against the stall timeout: a quarter of that
+/// (500 ms at the defaults) is soon enough, and at thousands of quiet comms over a handful of
+/// pairs five times fewer visits. Never below `floor_ns` (the busy period).
+inline uint64_t quiet_period(const FailoverConfig &cfg, bool prober, uint64_t floor_ns)
+{
+    const uint64_t probe = std::max(floor_ns, cfg.probe_interval_ns);
+    return prober ? probe : std::max(probe, cfg.stall_timeout_ns / 4);
+}
+
 /// Telemetry tuning: windows of window_ns per path in the process's registry (0: meters off).
 struct TelemetryConfig {
     uint64_t window_ns = 0;
@@ -118,6 +130,9 @@ public:
     /// it is quiet (quiet_locked()): I/O progress is event-driven, so a tick only has to run
     /// watchdogs, heartbeats, probes and rebuilds, and thousands of idle comms stay cheap.
     void on_tick() noexcept override;
+    /// When on_tick() has work next: kTimerNs after the last tick while busy, a quiet period
+    /// after it while quiet (the engine calls no quiet comm before).
+    uint64_t next_tick_ns() const noexcept override { return next_timer_ns_.load(std::memory_order_relaxed); }
     static constexpr uint64_t kTimerNs = 20'000'000; // 20 ms
 
     /// Local device of each path slot (-1: the slot has no path and never will): the devices
@@ -167,8 +182,9 @@ protected:
     /// timer work is the port pairs' probes and silence checks, due every probe interval.
     /// Called with mu_ held.
     virtual bool quiet_locked() const noexcept = 0;
-    /// A quiet comm's timer period, ns (its probe interval, at least kTimerNs).
-    virtual uint64_t quiet_period_ns() const noexcept = 0;
+    /// A quiet comm's timer period, ns: quiet_period() of its configuration, `prober` when its
+    /// last quiet tick sent a port pair's probe or heartbeat.
+    virtual uint64_t quiet_period_ns(bool prober) const noexcept = 0;
     /// A quiet comm's timer work at `now`: probes or heartbeats its port pairs are due, and
     /// silence checks. No I/O pass. Called with mu_ held.
     virtual void quiet_tick_locked(uint64_t now) noexcept = 0;
@@ -205,6 +221,8 @@ protected:
     std::mutex mu_;
     std::atomic<int> error_{0};
     std::atomic<uint64_t> next_timer_ns_{0};
+    /// This tick sent a port pair's probe or heartbeat (quiet_period()). Under mu_.
+    bool probed_ = false;
     /// test() progressed the comm itself since the engine's last timer tick: the application
     /// polls, so completions need not wake the engine thread.
     std::atomic<bool> polled_{false};

@@ -183,6 +183,7 @@ void SendComm::watchdogs_locked(uint64_t now) noexcept
             (!s.pair || s.pair->claim_probe(now, cfg_.probe_interval_ns))) {
             s.path->probe();
             s.last_sent_ns = now;
+            probed_ = true;
         }
     }
     if (rebuilder_) {

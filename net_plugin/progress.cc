@@ -2,10 +2,12 @@
 // Progress engine implementation (epoll, edge-triggered, one loop per engine thread).
 #include "progress.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <pthread.h>
 #include <sched.h>
 #include <string>
@@ -230,7 +232,8 @@ void ProgressEngine::add_ticker(ProgressClient *client)
     Shard *s = shard_of(client);
     if (s == nullptr) return;
     std::lock_guard<std::mutex> g(s->tick_mu);
-    s->tickers.push_back(client);
+    s->timers.push_back({0, client}); // due at the next tick
+    std::push_heap(s->timers.begin(), s->timers.end(), std::greater<>{});
 }
 
 void ProgressEngine::remove_ticker(ProgressClient *client)
@@ -238,7 +241,16 @@ void ProgressEngine::remove_ticker(ProgressClient *client)
     Shard *s = shard_of(client);
     if (s == nullptr) return;
     std::lock_guard<std::mutex> g(s->tick_mu);
-    std::erase(s->tickers, client);
+    // O(clients of the thread), once per comm's life: the heap's ticks need no lookup.
+    const auto it = std::find_if(s->timers.begin(), s->timers.end(),
+                                 [client](const Shard::Timer &t) { return t.client == client; });
+    if (it == s->timers.end()) {
+        s->removed.push_back(client); // the loop has it out (or it was never added)
+        return;
+    }
+    *it = s->timers.back();
+    s->timers.pop_back();
+    std::make_heap(s->timers.begin(), s->timers.end(), std::greater<>{});
 }
 
 void ProgressEngine::quiesce()
@@ -265,7 +277,7 @@ void ProgressEngine::loop(Shard &s)
     t_engine_thread = true;
     constexpr int kMaxEvents = 64;
     epoll_event events[kMaxEvents];
-    std::vector<ProgressClient *> due;
+    std::vector<Shard::Timer> due;
     uint64_t next_tick = now_ns() + kTickNs;
     while (s.running.load(std::memory_order_acquire)) {
         int n = epoll_wait(s.epfd, events, kMaxEvents, static_cast<int>(kTickNs / 1000000));
@@ -288,15 +300,32 @@ void ProgressEngine::loop(Shard &s)
             last = c;
             c->on_ready();
         }
-        if (now_ns() >= next_tick) {
-            next_tick = now_ns() + kTickNs;
+        if (const uint64_t now = now_ns(); now >= next_tick) {
+            next_tick = now + kTickNs;
+            due.clear();
             {
                 std::lock_guard<std::mutex> g(s.tick_mu);
-                due = s.tickers;
+                while (!s.timers.empty() && s.timers.front().due <= now) {
+                    std::pop_heap(s.timers.begin(), s.timers.end(), std::greater<>{});
+                    due.push_back(s.timers.back());
+                    s.timers.pop_back();
+                }
+                s.removed.clear(); // none of them is out now
             }
             // Safe without the lock: remove_ticker() is followed by quiesce(), which waits
             // for this iteration to end.
-            for (ProgressClient *c : due) c->on_tick();
+            for (Shard::Timer &t : due) {
+                t.client->on_tick();
+                t.due = std::max(t.client->next_tick_ns(), now + kTickNs);
+            }
+            std::lock_guard<std::mutex> g(s.tick_mu);
+            for (const Shard::Timer &t : due) {
+                if (std::find(s.removed.begin(), s.removed.end(), t.client) != s.removed.end())
+                    continue; // removed meanwhile (and maybe added again: then in the heap already)
+                s.timers.push_back(t);
+                std::push_heap(s.timers.begin(), s.timers.end(), std::greater<>{});
+            }
+            s.removed.clear();
         }
         s.iterations.fetch_add(1, std::memory_order_acq_rel);
     }

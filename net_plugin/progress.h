@@ -23,9 +23,14 @@ class ProgressClient
 {
 public:
     virtual void on_ready() noexcept = 0;
-    /// Called every kTickNs for clients registered with add_ticker() (timers: watchdogs,
-    /// probes, rebuilds). Defaults to on_ready().
+    /// Timer work (watchdogs, probes, rebuilds) of a client registered with add_ticker(), on
+    /// the engine thread serving it, when next_tick_ns() is due. Defaults to on_ready().
     virtual void on_tick() noexcept { on_ready(); }
+    /// When the client wants its next on_tick() (CLOCK_MONOTONIC ns); asked by the engine
+    /// right after each on_tick(). 0 (the default), or a time less than a kTickNs away: one
+    /// engine tick from now. A client with nothing to time returns a time far ahead and costs
+    /// nothing until then. Called on the engine thread only.
+    virtual uint64_t next_tick_ns() const noexcept { return 0; }
 
 protected:
     ~ProgressClient() = default;
@@ -78,11 +83,16 @@ public:
     /// it), so nothing that arrived while muted is missed. An fd not watched is ignored.
     void interest(int fd, ProgressClient *client, bool wake);
     void remove(int fd, ProgressClient *client);
-    /// Calls client->on_tick() every kTickNs (timers: watchdogs, probes, fatal timeouts).
+    /// Calls client->on_tick() from the next engine tick on, then whenever its next_tick_ns()
+    /// is due (timers: watchdogs, probes, fatal timeouts). Each thread keeps its tickers in a
+    /// heap by due time: a tick costs O(log n) per client that is due, nothing per client that
+    /// is not, so thousands of quiet comms cost only what their own timers ask for.
     /// remove_ticker() must precede quiesce() and destruction.
     void add_ticker(ProgressClient *client);
     void remove_ticker(ProgressClient *client);
 
+    /// The engine's timer resolution: a thread runs the tickers that are due at least this
+    /// often, and never sleeps in epoll_wait longer.
     static constexpr uint64_t kTickNs = 10'000'000; // 10 ms
     /// Returns once no callback for an fd or ticker removed before this call can still run:
     /// it waits for each thread's loop iteration in progress (which may hold events fetched
@@ -100,8 +110,18 @@ private:
         std::thread thread;
         std::atomic<bool> running{false};
         std::atomic<uint64_t> iterations{0}; // loop iterations completed
+        /// A registered client's next call.
+        struct Timer {
+            uint64_t due = 0;
+            ProgressClient *client = nullptr;
+            bool operator>(const Timer &o) const { return due > o.due; }
+        };
         std::mutex tick_mu;
-        std::vector<ProgressClient *> tickers;
+        /// Min-heap on due (std::greater): every registered client once, but those the loop
+        /// has taken out to call (due) and not yet put back.
+        std::vector<Timer> timers;
+        /// Clients removed while the loop had them out: not put back this tick.
+        std::vector<ProgressClient *> removed;
     };
     /// Creates and starts shard `index` for `numa` (pinned to the node's CPUs when known).
     /// Called with mu_ held. Returns 0 or -errno.

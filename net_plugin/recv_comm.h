@@ -215,7 +215,7 @@ private:
     void quiet_tick_locked(uint64_t now) noexcept override;
     /// Path `i`'s heartbeat when its port pair is due one (PortPairs).
     void heartbeat_locked(int i, uint64_t now) noexcept;
-    uint64_t quiet_period_ns() const noexcept override { return std::max(kTimerNs, cfg_.probe_interval_ns); }
+    uint64_t quiet_period_ns(bool prober) const noexcept override { return quiet_period(cfg_, prober, kTimerNs); }
     /// What this side holds: every seq below floor_, and the completed ones above it.
     Holding holding_locked() const noexcept;
 

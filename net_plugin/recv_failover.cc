@@ -227,6 +227,7 @@ void RecvComm::heartbeat_locked(int i, uint64_t now) noexcept
         (!p.pair || p.pair->claim_probe(now, cfg_.probe_interval_ns))) {
         p.path->heartbeat();
         p.last_beat_ns = now;
+        probed_ = true;
     }
 }
 

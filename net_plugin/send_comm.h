@@ -247,7 +247,7 @@ private:
     void watchdogs_locked(uint64_t now) noexcept;
     bool quiet_locked() const noexcept override;
     void quiet_tick_locked(uint64_t now) noexcept override { watchdogs_locked(now); }
-    uint64_t quiet_period_ns() const noexcept override { return std::max(kTimerNs, cfg_.probe_interval_ns); }
+    uint64_t quiet_period_ns(bool prober) const noexcept override { return quiet_period(cfg_, prober, kTimerNs); }
     void failover_locked(int dead, const std::string &cause) noexcept;
     /// Makes `slot` Active: generation += 1, a notice naming `abandoned` (-1: none) and that
     /// path's id, replay of everything neither acked nor held. Returns what it replays.

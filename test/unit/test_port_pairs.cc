@@ -2,6 +2,7 @@
 // PortPairs: liveness shared by the paths between two ports.
 #include <catch2/catch.hpp>
 
+#include "comm.h"
 #include "port_pairs.h"
 
 namespace vn = vigil::net;
@@ -54,4 +55,24 @@ TEST_CASE("what any path hears keeps the latest time", "[port_pairs]")
     CHECK(p.last_heard() == 500);
     p.heard(700);
     CHECK(p.last_heard() == 700);
+}
+
+TEST_CASE("a quiet comm's timer: the pair's prober every probe interval, the others every "
+          "quarter of the stall timeout",
+          "[port_pairs]")
+{
+    vn::FailoverConfig cfg; // probe 100 ms, stall 2 s
+    constexpr uint64_t kFloor = 20'000'000;
+    CHECK(vn::quiet_period(cfg, true, kFloor) == 100'000'000);
+    CHECK(vn::quiet_period(cfg, false, kFloor) == 500'000'000);
+    // Never below the probe interval, nor the floor (the busy period).
+    cfg.stall_timeout_ns = 200'000'000;
+    CHECK(vn::quiet_period(cfg, false, kFloor) == 100'000'000);
+    cfg.probe_interval_ns = 1'000'000;
+    CHECK(vn::quiet_period(cfg, true, kFloor) == kFloor);
+    CHECK(vn::quiet_period(cfg, false, kFloor) == 50'000'000);
+    // A quiet comm that does not probe comes back before a pair whose prober closed has gone
+    // silent for the stall timeout at the peer.
+    cfg = vn::FailoverConfig{};
+    CHECK(vn::quiet_period(cfg, false, kFloor) + cfg.probe_interval_ns < cfg.stall_timeout_ns);
 }

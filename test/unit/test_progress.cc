@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -42,6 +43,18 @@ public:
         note();
         ticks.fetch_add(1);
     }
+    uint64_t next_tick_ns() const noexcept override
+    {
+        const uint64_t p = period_ns.load();
+        return p == 0 ? 0 : mono_ns() + p;
+    }
+    static uint64_t mono_ns()
+    {
+        timespec ts{};
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+    }
+    std::atomic<uint64_t> period_ns{0}; // 0: every engine tick
     void poke()
     {
         const uint64_t one = 1;
@@ -217,6 +230,47 @@ TEST_CASE("tickers run on their client's thread; none runs after remove_ticker a
     e.stop();
 }
 
+TEST_CASE("a ticker is called when its next tick is due, not at every engine tick", "[progress]")
+{
+    // Counts, not durations: the slow ticker's calls are bounded by the time that actually
+    // passed, however slowly the engine thread ran.
+    vn::ProgressEngine e;
+    REQUIRE(e.start(1) == 0);
+    Probe fast, slow;
+    slow.period_ns = 200'000'000; // 200 ms: 20 engine ticks
+    e.bind(&fast, -1);
+    e.bind(&slow, -1);
+    const uint64_t t0 = Probe::mono_ns();
+    e.add_ticker(&fast);
+    e.add_ticker(&slow);
+    REQUIRE(eventually([&] { return fast.ticks.load() >= 40; }));
+    auto bound = [](uint64_t since) { return static_cast<int>((Probe::mono_ns() - since) / 200'000'000) + 2; };
+    CHECK(slow.ticks.load() >= 1); // due at once when added
+    CHECK(slow.ticks.load() <= bound(t0));
+
+    // Removed and added again at once (the same client, so its old heap entry is still
+    // there): still one timer, not two.
+    e.remove_ticker(&slow);
+    const int before = slow.ticks.load();
+    const uint64_t t1 = Probe::mono_ns();
+    e.add_ticker(&slow);
+    const int f = fast.ticks.load();
+    REQUIRE(eventually([&] { return fast.ticks.load() >= f + 60; }));
+    CHECK(slow.ticks.load() - before >= 1);
+    CHECK(slow.ticks.load() - before <= bound(t1));
+
+    e.remove_ticker(&fast);
+    e.remove_ticker(&slow);
+    e.quiesce();
+    const int fast_after = fast.ticks.load(), slow_after = slow.ticks.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(fast.ticks.load() == fast_after);
+    CHECK(slow.ticks.load() == slow_after);
+    e.unbind(&fast);
+    e.unbind(&slow);
+    e.stop();
+}
+
 TEST_CASE("stop and start again: a fresh thread 0 serves new clients", "[progress]")
 {
     vn::ProgressEngine e;
@@ -327,7 +381,7 @@ protected:
     size_t nfds() const noexcept override { return 0; }
     int fd(size_t) const noexcept override { return -1; }
     bool quiet_locked() const noexcept override { return false; }
-    uint64_t quiet_period_ns() const noexcept override { return kTimerNs; }
+    uint64_t quiet_period_ns(bool) const noexcept override { return kTimerNs; }
     void quiet_tick_locked(uint64_t) noexcept override {}
 };
 
