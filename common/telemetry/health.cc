@@ -62,11 +62,24 @@ ProcessHealth read_health(const RegistryView &view)
         }
         if (e.degraded.load(std::memory_order_acquire) == 0) continue;
         d.degraded = true;
-        // The median of the detector's judged values over the ring's windows of this episode
-        // (flagged, with a judged value and a baseline): the newest alone swung from a tenth
-        // to above the baseline while the port stayed cut (under multipath a degraded path
-        // carries only what the striper leaves it, now and then a few pieces at its burst
-        // rate), and each swing was a different fraction in the tuner's view.
+        // The episode's evidence: the judged value and baseline of the window that flagged
+        // the path. What the path measures afterwards is not its port's rate: under multipath
+        // a degraded path carries only what the striper leaves it, now and then a few pieces
+        // at its burst rate, and its newest windows swung from a tenth of the baseline to
+        // above it while the port stayed cut; each swing was another fraction in the tuner's
+        // view.
+        const uint64_t vbase = e.verdict_baseline_bps.load(std::memory_order_acquire);
+        const uint64_t vjudged = e.verdict_judged_bps.load(std::memory_order_relaxed);
+        if (vbase != 0 && vjudged != 0) {
+            const double judged = static_cast<double>(vjudged), base = static_cast<double>(vbase);
+            if (d.baseline_bps == 0 || judged / base < d.judged_bps / d.baseline_bps) {
+                d.judged_bps = judged;
+                d.baseline_bps = base;
+            }
+            continue;
+        }
+        // A writer without those fields: the median of the judged values over the ring's
+        // windows of the episode (flagged, with a judged value and a baseline).
         const uint64_t head = e.ring.head.load(std::memory_order_acquire);
         std::vector<std::pair<double, WindowRecord>> flagged; // judged / baseline, window
         WindowRecord w{};

@@ -21,9 +21,9 @@ struct DeviceHealth {
     uint32_t paths = 0;        ///< live path entries on the device
     bool failed = false;       ///< a path on it is dead: its traffic failed over
     bool degraded = false;     ///< a live path on it is flagged by the detector
-    /// Worst degraded path's busy-time bandwidth (bytes/s), 0 if none: per path the median of
-    /// the detector's judged values over its flagged windows still in the ring (the episode's
-    /// last kRingCapacity windows).
+    /// Worst degraded path's busy-time bandwidth (bytes/s), 0 if none: per path the detector's
+    /// judged value when it flagged the path (PathEntry::verdict_judged_bps), or from a writer
+    /// without that field the median over its flagged windows still in the ring.
     double judged_bps = 0;
     double baseline_bps = 0;   ///< that path's baseline (bytes/s), from the same window
     uint64_t failovers = 0;    ///< failovers of the device's paths, summed

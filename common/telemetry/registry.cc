@@ -220,6 +220,8 @@ PathEntry *Registry::acquire(int kind, int slot, int dev, const std::string &dev
         e.failovers.store(0);
         e.failbacks.store(0);
         e.degraded_verdicts.store(0);
+        e.verdict_judged_bps.store(0);
+        e.verdict_baseline_bps.store(0);
         e.ring.head.store(0);
         e.ring.tail.store(0);
         e.ring.dropped.store(0);
@@ -422,6 +424,10 @@ void RegistrySink::push(const WindowRecord &w) noexcept
 void RegistrySink::verdict(bool degraded, const WindowRecord &w) noexcept
 {
     if (degraded && e_ != nullptr) {
+        // Before the degraded flag the window carries (ring_push stores it after this call):
+        // a reader that sees the flag sees the episode's evidence.
+        e_->verdict_judged_bps.store(w.judged_bps, std::memory_order_relaxed);
+        e_->verdict_baseline_bps.store(w.baseline_bps, std::memory_order_release);
         e_->degraded_verdicts.fetch_add(1, std::memory_order_relaxed);
         if (DeviceTotals *t = totals_of(*e_))
             t->degraded[e_->kind & 1].fetch_add(1, std::memory_order_relaxed);

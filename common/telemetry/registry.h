@@ -65,7 +65,12 @@ struct PathEntry {
     std::atomic<uint64_t> failovers; ///< times this path stopped being active by failure
     std::atomic<uint64_t> failbacks; ///< times traffic moved back to this (rebuilt primary) path
     std::atomic<uint64_t> degraded_verdicts; ///< times the detector flagged this path degraded
-    uint64_t reserved[4];
+    /// The detector's judged value and baseline (bytes/s) in the window that last flagged the
+    /// path degraded: the episode's evidence, one value while it lasts (read_health). 0: never
+    /// flagged, or written by a build from before these fields (they were reserved, zero).
+    std::atomic<uint64_t> verdict_judged_bps;
+    std::atomic<uint64_t> verdict_baseline_bps;
+    uint64_t reserved[2];
     RingHeader ring;
     WindowRecord records[kRingCapacity];
 };

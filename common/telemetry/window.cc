@@ -215,8 +215,9 @@ void PathMeter::close_window()
         cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
         cur_.judged_bps = static_cast<uint64_t>(detector_.judged());
         if (sink_ != nullptr) {
-            sink_->push(cur_);
+            // The verdict first: the registry keeps its evidence before the window's flag shows.
             if (change != 0) sink_->verdict(change > 0, cur_);
+            sink_->push(cur_);
         }
     }
     std::memset(&cur_, 0, sizeof(cur_));

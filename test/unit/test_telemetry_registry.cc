@@ -529,9 +529,10 @@ TEST_CASE("health: two active send paths of one connection mean multipath, and t
     r.release(a);
     r.release(b);
 
-    // A degraded path's fraction is the median of its flagged windows still in the ring, not
-    // the newest one: a few pieces carried at the burst rate after the verdict must not read
-    // as a whole port.
+    // A degraded path's fraction is the detector's evidence when it flagged the path, not the
+    // newest window: a few pieces carried at the burst rate after the verdict must not read as
+    // a whole port. From a writer that does not keep the evidence, the median of its flagged
+    // windows still in the ring.
     {
         PathEntry *c = r.acquire(0, 0, 0, "eth0", "10.9.0.1:4001", "10.9.0.2:5001", next_conn_id());
         REQUIRE(c != nullptr);
@@ -557,6 +558,19 @@ TEST_CASE("health: two active send paths of one connection mean multipath, and t
         REQUIRE(dev != h.devices.end());
         CHECK(dev->degraded);
         CHECK(dev->fraction() == Approx(0.26)); // median of 20, 30, 25, 26, 24, 150
+
+        // Flagged through the sink, as the meter does: the verdict's window is the evidence
+        // however the windows after it read.
+        vt::RegistrySink sink(c, "test path");
+        WindowRecord v = flagged(15'000'000, 1);
+        sink.verdict(true, v);
+        sink.push(v);
+        for (int i = 0; i < 20; ++i) sink.push(flagged(120'000'000, 1));
+        const vt::ProcessHealth h2 = vt::read_health(cv);
+        const auto dev2 = std::find_if(h2.devices.begin(), h2.devices.end(), [](const auto &d) { return d.dev == 0; });
+        REQUIRE(dev2 != h2.devices.end());
+        CHECK(dev2->fraction() == Approx(0.15));
+        CHECK(c->degraded_verdicts.load() == 1);
         r.release(c);
     }
 
