@@ -310,7 +310,7 @@ void ProgressEngine::loop(Shard &s)
                     due.push_back(s.timers.back());
                     s.timers.pop_back();
                 }
-                s.removed.clear(); // none of them is out now
+                s.removed.clear(); // nothing is out now; removals during the calls below land here
             }
             // Safe without the lock: remove_ticker() is followed by quiesce(), which waits
             // for this iteration to end.
@@ -325,7 +325,6 @@ void ProgressEngine::loop(Shard &s)
                 s.timers.push_back(t);
                 std::push_heap(s.timers.begin(), s.timers.end(), std::greater<>{});
             }
-            s.removed.clear();
         }
         s.iterations.fetch_add(1, std::memory_order_acq_rel);
     }

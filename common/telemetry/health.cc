@@ -68,30 +68,24 @@ ProcessHealth read_health(const RegistryView &view)
         // at its burst rate, and its newest windows swung from a tenth of the baseline to
         // above it while the port stayed cut; each swing was another fraction in the tuner's
         // view.
-        const uint64_t vbase = e.verdict_baseline_bps.load(std::memory_order_acquire);
-        const uint64_t vjudged = e.verdict_judged_bps.load(std::memory_order_relaxed);
-        if (vbase != 0 && vjudged != 0) {
-            const double judged = static_cast<double>(vjudged), base = static_cast<double>(vbase);
-            if (d.baseline_bps == 0 || judged / base < d.judged_bps / d.baseline_bps) {
-                d.judged_bps = judged;
-                d.baseline_bps = base;
-            }
-            continue;
+        double judged = static_cast<double>(e.verdict_judged_bps.load(std::memory_order_relaxed));
+        double base = static_cast<double>(e.verdict_baseline_bps.load(std::memory_order_acquire));
+        if (judged == 0 || base == 0) {
+            // A writer without those fields: the median of the judged values over the ring's
+            // windows of the episode (flagged, with a judged value and a baseline).
+            const uint64_t head = e.ring.head.load(std::memory_order_acquire);
+            std::vector<std::pair<double, WindowRecord>> flagged; // judged / baseline, window
+            WindowRecord w{};
+            for (uint64_t k = head; k-- > 0 && head - k <= kRingCapacity;)
+                if (RegistryView::read(e, k, &w) && w.degraded != 0 && w.baseline_bps != 0 && w.judged_bps != 0)
+                    flagged.emplace_back(static_cast<double>(w.judged_bps) / static_cast<double>(w.baseline_bps), w);
+            if (flagged.empty()) continue;
+            auto mid = flagged.begin() + static_cast<std::ptrdiff_t>(flagged.size() / 2);
+            std::nth_element(flagged.begin(), mid, flagged.end(),
+                             [](const auto &a, const auto &b) { return a.first < b.first; });
+            judged = static_cast<double>(mid->second.judged_bps);
+            base = static_cast<double>(mid->second.baseline_bps);
         }
-        // A writer without those fields: the median of the judged values over the ring's
-        // windows of the episode (flagged, with a judged value and a baseline).
-        const uint64_t head = e.ring.head.load(std::memory_order_acquire);
-        std::vector<std::pair<double, WindowRecord>> flagged; // judged / baseline, window
-        WindowRecord w{};
-        for (uint64_t k = head; k-- > 0 && head - k <= kRingCapacity;)
-            if (RegistryView::read(e, k, &w) && w.degraded != 0 && w.baseline_bps != 0 && w.judged_bps != 0)
-                flagged.emplace_back(static_cast<double>(w.judged_bps) / static_cast<double>(w.baseline_bps), w);
-        if (flagged.empty()) continue;
-        auto mid = flagged.begin() + static_cast<std::ptrdiff_t>(flagged.size() / 2);
-        std::nth_element(flagged.begin(), mid, flagged.end(),
-                         [](const auto &a, const auto &b) { return a.first < b.first; });
-        const double judged = static_cast<double>(mid->second.judged_bps);
-        const double base = static_cast<double>(mid->second.baseline_bps);
         if (d.baseline_bps == 0 || judged / base < d.judged_bps / d.baseline_bps) {
             d.judged_bps = judged;
             d.baseline_bps = base;

@@ -59,7 +59,7 @@ void DegradeDetector::learn(int k, bool slow, double bw)
     // way; the baseline's quick rise would follow the high swings.
     const bool smooth = sum_ops_ >= std::min<uint64_t>(cfg_.min_learn_ops, static_cast<uint64_t>(k));
     if (slow || !healthy || !smooth) return;
-    const double x = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
+    const double x = raw();
     ++healthy_seen_;
     if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
         baseline_ += (x - baseline_) / healthy_seen_; // the mean of the first ones
@@ -118,8 +118,7 @@ int DegradeDetector::feed(const WindowRecord &w)
     // wait nearly covers its busy time reads as many times the port's rate (a cut port read
     // 1-3 GB/s, ten to thirty times its rate, on a saturated host). Recovery needs that on every
     // judgement of a span, not one judgement at the threshold (see "Verdict" in window.h).
-    const double raw = static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
-    const bool well = !slow && raw >= (1 + cfg_.fraction) / 2 * baseline_;
+    const bool well = !slow && raw() >= (1 + cfg_.fraction) / 2 * baseline_;
     if (!well) well_for_ = 0;
     else if (well_for_ == 0) well_for_ = 1;
     if (!degraded_) {

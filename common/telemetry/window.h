@@ -116,11 +116,11 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// processing held up on a saturated host, before any socket timestamp) drags one span down, a
 /// slow path all of them. Healthy again when the aggregate has been clearly healthy (at least
 /// midway between the threshold and the baseline, as for learning, and with the wait left in,
-/// as the baseline was learned) at every judgement for `k` loaded windows: one judgement at the threshold was enough before, and under multipath a
-/// degraded path's aggregate swings above it whenever the striper leaves it only a few
-/// pieces (it then carries them at its burst rate), so its verdict, and the tuner's view with
-/// it, flapped every few blocks while the port stayed cut. A verdict holds for at least `k`
-/// loaded windows.
+/// as the baseline was learned) at every judgement for `k` loaded windows: one judgement at
+/// the threshold was enough before, and under multipath a degraded path's aggregate swings
+/// above it whenever the striper leaves it only a few pieces (it then carries them at its
+/// burst rate), so its verdict, and the tuner's view with it, flapped every few blocks while
+/// the port stayed cut. A verdict holds for at least `k` loaded windows.
 struct DetectorConfig {
     double fraction = 0.5;
     int k = 8;
@@ -151,6 +151,12 @@ public:
     {
         const uint64_t own = sum_busy_ - sum_wait_;
         return own == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(own);
+    }
+    /// The same aggregate with the wait left in (what the baseline learns, and what recovery
+    /// is judged on), bytes/s; 0 before any loaded window.
+    double raw() const
+    {
+        return sum_busy_ == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
     }
 
 private:

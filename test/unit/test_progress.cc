@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <ctime>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "clock.h"
 #include "comm.h"
 #include "progress.h"
 
@@ -46,13 +46,7 @@ public:
     uint64_t next_tick_ns() const noexcept override
     {
         const uint64_t p = period_ns.load();
-        return p == 0 ? 0 : mono_ns() + p;
-    }
-    static uint64_t mono_ns()
-    {
-        timespec ts{};
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+        return p == 0 ? 0 : vigil::now_ns() + p;
     }
     std::atomic<uint64_t> period_ns{0}; // 0: every engine tick
     void poke()
@@ -240,11 +234,11 @@ TEST_CASE("a ticker is called when its next tick is due, not at every engine tic
     slow.period_ns = 200'000'000; // 200 ms: 20 engine ticks
     e.bind(&fast, -1);
     e.bind(&slow, -1);
-    const uint64_t t0 = Probe::mono_ns();
+    const uint64_t t0 = vigil::now_ns();
     e.add_ticker(&fast);
     e.add_ticker(&slow);
     REQUIRE(eventually([&] { return fast.ticks.load() >= 40; }));
-    auto bound = [](uint64_t since) { return static_cast<int>((Probe::mono_ns() - since) / 200'000'000) + 2; };
+    auto bound = [](uint64_t since) { return static_cast<int>((vigil::now_ns() - since) / 200'000'000) + 2; };
     CHECK(slow.ticks.load() >= 1); // due at once when added
     CHECK(slow.ticks.load() <= bound(t0));
 
@@ -252,7 +246,7 @@ TEST_CASE("a ticker is called when its next tick is due, not at every engine tic
     // there): still one timer, not two.
     e.remove_ticker(&slow);
     const int before = slow.ticks.load();
-    const uint64_t t1 = Probe::mono_ns();
+    const uint64_t t1 = vigil::now_ns();
     e.add_ticker(&slow);
     const int f = fast.ticks.load();
     REQUIRE(eventually([&] { return fast.ticks.load() >= f + 60; }));
