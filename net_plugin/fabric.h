@@ -205,8 +205,11 @@ public:
     /// an older generation are not counted (it was replayed). The path's share of the message
     /// ends in its meter once its own bytes of this generation landed, so a fast path striping
     /// beside a slow one is not charged the slow one's time, and what a path still has on the
-    /// way is known per path.
-    virtual void landed(uint64_t seq, uint64_t len, uint32_t gen) = 0;
+    /// way is known per path. `late_ns`: how long before now they landed, as far as the path
+    /// can tell (TCP: how much longer than its floor the report took on the way back,
+    /// ReturnDelay; an RDMA completion is not late: 0). The core dates the landing that much
+    /// earlier, at most back to the piece's post.
+    virtual void landed(uint64_t seq, uint64_t len, uint32_t gen, uint64_t late_ns) = 0;
     /// The receiver advertised group `g`. Each path delivers groups in index order, possibly
     /// repeating ones other paths delivered. Returns 0, or -EPROTO when `g` contradicts what
     /// was advertised before (the path reports it as a fatal error).

@@ -121,15 +121,23 @@ void SendComm::post_locked(int slot, uint64_t seq, size_t off, size_t len, uint6
     if (slot != active_) ++stats_.pieces;
 }
 
-void SendComm::share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64_t now) noexcept
+void SendComm::share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64_t now,
+                                   uint64_t late) noexcept
 {
     SendMsg::Share &sh = m.shares[static_cast<size_t>(slot)];
     if (!sh.open) return;
     landed = std::min(landed, sh.bytes - sh.landed);
     sh.landed += landed;
-    striper_.on_landed(slot, landed, now);
+    late = std::min(late, since(now, sh.posted_ns));
+    striper_.on_landed(slot, landed, now - late);
     if (sh.landed < sh.bytes) return;
-    if (PathTelemetry *tm = paths_[slot].tm.get()) tm->meter.on_complete(now, sh.posted_ns, sh.bytes);
+    if (PathTelemetry *tm = paths_[slot].tm.get()) {
+        tm->meter.on_complete(now, sh.posted_ns, sh.bytes);
+        // The path had nothing more of this comm to carry while the news came back: its busy
+        // clock ran on an idle path (a report queued behind the receiver's own outgoing data).
+        // With more in flight it carried that meanwhile, and nothing is charged.
+        if (late > 0 && tm->meter.inflight_ops() == 0) tm->meter.on_wait(now, late);
+    }
     sh = SendMsg::Share{};
 }
 
@@ -326,12 +334,12 @@ void SendComm::SlotSink::held(uint64_t seq)
     comm->on_held(seq);
 }
 
-void SendComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen)
+void SendComm::SlotSink::landed(uint64_t seq, uint64_t len, uint32_t gen, uint64_t late_ns)
 {
-    comm->on_landed(slot, seq, len, gen);
+    comm->on_landed(slot, seq, len, gen, late_ns);
 }
 
-void SendComm::on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen) noexcept
+void SendComm::on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen, uint64_t late_ns) noexcept
 {
     // An older generation's pieces do not count: the switch replays the message whole.
     if (gen != gen_ || seq < acked_ || seq < ack_seen_ || seq >= next_seq_ ||
@@ -340,7 +348,7 @@ void SendComm::on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen) noe
     SendMsg &m = msgs_[seq % kMaxInflight];
     // The slot's share ends in its meter once its pieces landed (a later piece of the message
     // on it opens a new operation); first, as landing may complete the message.
-    share_landed_locked(m, slot, len, now_ns());
+    share_landed_locked(m, slot, len, now_ns(), late_ns);
     if (m.landed_gen != gen) {
         m.landed_gen = gen;
         m.landed = 0;

@@ -144,7 +144,7 @@ private:
         int slot = 0;
         void acked(uint64_t seq) override;
         void held(uint64_t seq) override;
-        void landed(uint64_t seq, uint64_t len, uint32_t gen) override;
+        void landed(uint64_t seq, uint64_t len, uint32_t gen, uint64_t late_ns) override;
         int cts(const CtsGroup &g) override;
     };
     struct PathSlot {
@@ -209,10 +209,10 @@ private:
     Request &bind_locked(const void *data, size_t size, int tag, MemRegion *mr, int entry) noexcept;
     void on_acked(uint64_t seq) noexcept;
     void on_held(uint64_t seq) noexcept;
-    /// `len` bytes of `seq` that slot `slot` carried landed in generation `gen`: held once
-    /// this generation's pieces cover it; the slot's meter operation for it ends once they
-    /// cover the slot's bytes of it.
-    void on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen) noexcept;
+    /// `len` bytes of `seq` that slot `slot` carried landed in generation `gen`, `late_ns`
+    /// before now (SendSink::landed): held once this generation's pieces cover it; the slot's
+    /// meter operation for it ends once they cover the slot's bytes of it.
+    void on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen, uint64_t late_ns) noexcept;
     /// Completes send `seq` (ring slot i): the receiver holds it.
     void complete_one_locked(uint64_t seq, uint64_t now) noexcept;
     int on_cts(int slot, const CtsGroup &g) noexcept;
@@ -225,10 +225,13 @@ private:
     /// path, or pieces over the carrying paths as the Striper chooses (multipath). Returns a
     /// bit per slot posted to. Nothing while no path is active or failback drains.
     unsigned distribute_locked() noexcept;
-    /// Slot `slot`'s share of message `m` ends with `landed` more bytes of it landed at `now`
-    /// (all that were not: the message completed): its meter operation ends and the Striper
-    /// counts them delivered.
-    void share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64_t now) noexcept;
+    /// Slot `slot`'s share of message `m` ends with `landed` more bytes of it landed,
+    /// learned at `now` (all that were not: the message completed): its meter operation ends
+    /// and the Striper counts them delivered. They landed `late` ns before `now` (at most
+    /// back to the share's first post): the Striper dates them so, and the meter, where the
+    /// path then had nothing else of this comm in flight, counts the news's delay as wait.
+    void share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64_t now,
+                             uint64_t late = 0) noexcept;
     /// Moves slot `i` to `s`; a striping slot that carries (Active, Shared) is the Striper's.
     void set_state_locked(int i, SlotState s) noexcept;
     /// Messages neither acknowledged nor seen held, and their bytes: what a switch replays

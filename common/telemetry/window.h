@@ -220,8 +220,9 @@ public:
     /// The receiver reports whether data waits for a receive it has not posted yet; windows
     /// touched by that are the application's, not the path's, and the detector skips them.
     void set_receiver_bound(uint64_t now, bool bound);
-    /// This path's data waited `ns` at the end points before the completion at `now` (the
-    /// path was idle meanwhile: see DegradeDetector, "wait time"). Counted in the window of
+    /// This path's data waited `ns` at the end points before the completion at `now`, or
+    /// the completion's news did on its way back (the path was idle meanwhile: see
+    /// DegradeDetector, "wait time"). Counted in the window of
     /// `now`; the detector takes it out of the busy time of that window and earlier ones.
     void on_wait(uint64_t now, uint64_t ns);
     /// Closes every window that ended before `now`.
@@ -229,6 +230,8 @@ public:
     /// Closes the current window at `now` too, however short (the path is going away).
     void flush(uint64_t now);
     bool degraded() const { return detector_.degraded(); }
+    /// Operations posted and neither completed nor abandoned.
+    uint64_t inflight_ops() const { return inflight_ops_; }
 
 private:
     void close_window();

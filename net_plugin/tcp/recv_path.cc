@@ -240,7 +240,7 @@ void TcpRecvPath::queue_landed()
     if (nlanded_ == 0) return;
     std::array<uint8_t, BackHeader::kMaxBytes - BackHeader::kSize> p;
     BackHeader h;
-    encode_landed(landed_.data(), nlanded_, &h, p.data());
+    encode_landed(landed_.data(), nlanded_, realtime_ns(), &h, p.data());
     queue_back(h, p.data(), h.payload());
     nlanded_ = 0;
 }

@@ -379,12 +379,18 @@ bool TcpSendPath::on_back(const BackHeader &h, const uint8_t *msg, SendSink &sin
         st->wait_ns = std::max<uint64_t>(st->wait_ns, static_cast<uint64_t>(h.delay_us) * 1000);
         st->wait_stalled_ns = st->wait_ns;
         return true;
-    case BackHeader::kLanded:
+    case BackHeader::kLanded: {
+        // How much longer than its floor the report took on the way back (the receiver's own
+        // outgoing data queued ahead of it): its landings happened that much earlier.
+        const uint64_t late =
+            h.value == 0 ? 0
+                         : return_delay_.sample(h.value, back_rx_ns_ != 0 ? back_rx_ns_ : realtime_ns(), now_ns());
         for (size_t k = 0; k < h.count; ++k) {
             const Landed l = decode_landed(msg + BackHeader::kSize, k);
-            sink.landed(l.seq, l.bytes, l.gen);
+            sink.landed(l.seq, l.bytes, l.gen, late);
         }
         return true;
+    }
     case BackHeader::kFailoverRequest:
         st->failover_requested = true;
         st->failed_slot = h.arg;

@@ -59,13 +59,17 @@ ssize_t recv_stamped(int fd, uint8_t *to, size_t n, uint64_t *rx_ns)
     return r;
 }
 
+uint64_t realtime_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 uint64_t waited_ns(uint64_t rx_ns, uint64_t bound)
 {
     if (rx_ns == 0) return 0;
-    timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    const uint64_t now =
-        static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+    const uint64_t now = realtime_ns();
     return now > rx_ns ? std::min(now - rx_ns, bound) : 0;
 }
 

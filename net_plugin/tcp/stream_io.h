@@ -34,6 +34,9 @@ void want_rx_timestamps(int fd);
 /// Returns what recvmsg() returns (errno set on -1).
 ssize_t recv_stamped(int fd, uint8_t *to, size_t n, uint64_t *rx_ns);
 
+/// This host's CLOCK_REALTIME, ns (the clock of the kernel's receive timestamps).
+uint64_t realtime_ns();
+
 /// How long data that arrived at `rx_ns` (CLOCK_REALTIME, 0: unknown) has waited by now, ns.
 /// At most `bound`: nothing read now arrived before the previous progress() emptied the
 /// socket, whatever the wall clock did meanwhile (a step makes the difference meaningless,

@@ -23,6 +23,7 @@
 
 #include "../fabric.h"
 #include "../sockets/socket.h"
+#include "return_delay.h"
 #include "wire.h"
 
 namespace vigil::net::tcp {
@@ -132,6 +133,8 @@ private:
     // (CLOCK_MONOTONIC): nothing read now arrived before it.
     uint64_t back_rx_ns_ = 0;
     uint64_t ack_rx_ns_ = 0;
+    // The landed reports' trip back beyond its floor.
+    ReturnDelay return_delay_;
     uint64_t last_pass_ns_;
     // Unsent bytes in the streams' socket buffers (SIOCOUTQNSD), read by can_post() at most
     // once between two progress() calls.

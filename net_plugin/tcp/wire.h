@@ -158,6 +158,9 @@ struct FrameHeader {
 /// A kLanded header (since version 4) is followed by `count` entries of 16 bytes, each payload
 /// bytes this path placed and counted for a message since the previous report:
 ///   [0,8) seq  [8,12) bytes  [12,16) the generation of the frames that brought them.
+/// Its `value` is the receiver's CLOCK_REALTIME (ns) when it queued the report, so the sender
+/// can tell how long the report took on the way back (ReturnDelay); 0: not stamped (a
+/// receiver before this field, which it ignores), the report is dated by its arrival.
 /// A cumulative ack says what the receiver holds whichever path brought it; a landed report
 /// says what came over this path, so the sender can end a path's share of a message when its
 /// own pieces land (a fast path striping beside a slow one is not charged the slow one's
@@ -225,12 +228,14 @@ struct Landed {
 };
 
 /// A landed report as a back-channel message: fills `h` and writes the n (1..kMaxLanded)
-/// entries to `p` (h->payload() bytes).
-inline void encode_landed(const Landed *e, size_t n, BackHeader *h, uint8_t *p)
+/// entries to `p` (h->payload() bytes). `stamp_ns`: the receiver's CLOCK_REALTIME now (0:
+/// none).
+inline void encode_landed(const Landed *e, size_t n, uint64_t stamp_ns, BackHeader *h, uint8_t *p)
 {
     *h = BackHeader{};
     h->kind = BackHeader::kLanded;
     h->count = static_cast<uint8_t>(n);
+    h->value = stamp_ns;
     for (size_t k = 0; k < n; ++k, p += BackHeader::kLandedSize) {
         put_le(p, e[k].seq, 8);
         put_le(p + 8, e[k].bytes, 4);

@@ -246,7 +246,7 @@ void VerbsSendPath::on_done(int qi, SendSink &sink)
     eng_.sq_used(qi) -= f.wrs;
     // RC: the receiver's memory holds what the write carried.
     if (f.piece)
-        sink.landed(f.seq, f.len, f.gen);
+        sink.landed(f.seq, f.len, f.gen, 0);
     else
         sink.held(f.seq);
     // The old generation's last write landed: begin()'s notice may go.

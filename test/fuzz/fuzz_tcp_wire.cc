@@ -79,8 +79,9 @@ void back(const uint8_t *p, const uint8_t *payload)
         for (size_t k = 0; k < h.count; ++k) e[k] = tcp::decode_landed(body, k);
         std::array<uint8_t, tcp::BackHeader::kMaxBytes - tcp::BackHeader::kSize> out{};
         tcp::BackHeader eh;
-        tcp::encode_landed(e.data(), h.count, &eh, out.data());
-        FUZZ_CHECK(eh.kind == h.kind && eh.count == h.count && eh.payload() == h.payload());
+        tcp::encode_landed(e.data(), h.count, h.value, &eh, out.data());
+        FUZZ_CHECK(eh.kind == h.kind && eh.count == h.count && eh.value == h.value &&
+                   eh.payload() == h.payload());
         FUZZ_CHECK(std::memcmp(out.data(), body, h.payload()) == 0);
         delete[] body;
         return;

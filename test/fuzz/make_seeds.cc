@@ -197,7 +197,7 @@ void tcp_wire()
     put("tcp-wire", "near-back-count", encoded(k, tcp::BackHeader::kSize));
     std::array<tcp::Landed, 3> landed{{{7, 262144, 2}, {8, 4096, 2}, {9, 0xffffffffu, 3}}};
     Bytes lb(48 + tcp::BackHeader::kMaxBytes - tcp::BackHeader::kSize, 0);
-    tcp::encode_landed(landed.data(), landed.size(), &k, lb.data() + 48);
+    tcp::encode_landed(landed.data(), landed.size(), 1'795'000'000'000'000'000ull, &k, lb.data() + 48);
     k.encode(lb.data());
     put("tcp-wire", "back-landed", lb);
 }

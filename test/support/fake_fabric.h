@@ -85,6 +85,7 @@ struct Back {
     uint32_t slot = 0;
     vn::CtsGroup cts;
     uint64_t len = 0;
+    uint64_t late = 0; // kLanded: SendSink::landed's late_ns
 };
 
 struct Located {
@@ -148,6 +149,7 @@ struct Lane {
     bool peer_eof = false;  // ... as an end without a goodbye (the peer's process died)
     bool drop_data = false; // frames written are lost (dead link, no error anywhere)
     bool drop_back = false; // everything of the back channel is lost
+    uint64_t landed_late_ns = 0; // landed reports say their news is this late (ReturnDelay)
     bool hold_acks = false; // acks, landed reports and heartbeats wait in `held_acks` (CTS and
                             // the rest pass)
     std::deque<Back> held_acks;
@@ -442,7 +444,7 @@ public:
                 sink.held(b.seq);
                 break;
             case Back::kLanded:
-                sink.landed(b.seq, b.len, b.gen);
+                sink.landed(b.seq, b.len, b.gen, b.late);
                 break;
             }
         }
@@ -458,7 +460,7 @@ public:
             if (p.whole)
                 sink.held(p.seq);
             else
-                sink.landed(p.seq, p.len, p.gen);
+                sink.landed(p.seq, p.len, p.gen, 0);
         }
         return st;
     }
@@ -616,6 +618,7 @@ public:
                     b.seq = seq;
                     b.gen = gen;
                     b.len = len;
+                    b.late = l_.landed_late_ns;
                     l_.reply(std::move(b));
                 }
             }

@@ -260,8 +260,9 @@ TEST_CASE("multipath over RDMA: a message's pieces land over both paths and comp
 
 namespace {
 
-// Busy time (ns) over every window the registry holds for the send path of `comm` in `slot`.
-uint64_t send_busy_ns(const vn::SendComm *comm, int slot)
+// Sum of `field` over every window the registry holds for the send path of `comm` in `slot`.
+template <typename F>
+uint64_t send_windows_sum(const vn::SendComm *comm, int slot, F field)
 {
     vt::RegistryView v;
     std::string why;
@@ -271,16 +272,28 @@ uint64_t send_busy_ns(const vn::SendComm *comm, int slot)
         if (e.in_use.load() == 0 || e.conn_id != reinterpret_cast<uintptr_t>(comm) || e.kind != 0 ||
             e.slot != slot)
             continue;
-        uint64_t busy = 0;
+        uint64_t sum = 0;
         const uint64_t head = e.ring.head.load();
         for (uint64_t k = head > vt::kRingCapacity ? head - vt::kRingCapacity : 0; k < head; ++k) {
             vt::WindowRecord w;
-            if (vt::RegistryView::read(e, k, &w)) busy += w.busy_ns;
+            if (vt::RegistryView::read(e, k, &w)) sum += field(w);
         }
-        return busy;
+        return sum;
     }
     FAIL("no send path in slot " << slot << " in the registry");
     return 0;
+}
+
+// Busy time (ns) over the send path's windows.
+uint64_t send_busy_ns(const vn::SendComm *comm, int slot)
+{
+    return send_windows_sum(comm, slot, [](const vt::WindowRecord &w) { return w.busy_ns; });
+}
+
+// Wait time (us) charged to the send path's windows.
+uint64_t send_wait_us(const vn::SendComm *comm, int slot)
+{
+    return send_windows_sum(comm, slot, [](const vt::WindowRecord &w) { return uint64_t{w.wait_us}; });
 }
 
 } // namespace
@@ -315,5 +328,46 @@ TEST_CASE("multipath: a path's meter ends its share of a message when its pieces
     // The bound leaves room for a test thread descheduled on a loaded host.
     CHECK(send_busy_ns(n.send.get(), kPrimary) >= 35 * kW);
     CHECK(send_busy_ns(n.send.get(), kBackup) < 20 * kW);
+    t.check_spent();
+}
+
+TEST_CASE("multipath: news of a landing late on its way back is the path's wait when it left "
+          "the path idle",
+          "[multipath][telemetry]")
+{
+    // The TCP fabric says how much longer than its floor a landed report took on the way back
+    // (ReturnDelay); here every landed report says 30 ms. Both ports are slow at first; the
+    // primary's pieces land 40 ms after their post while the backup still holds the rest of
+    // the message, so no ack ends the primary's share: its own report does, and leaves the
+    // path with nothing in flight, so the report's 30 ms are charged as wait. Not dated, the
+    // path's busy time would hold them, and nothing would be charged beyond the end points'
+    // own lateness. (With another operation in flight on the path nothing is charged: the
+    // path carried that meanwhile.)
+    registry();
+    vn::TelemetryConfig tc;
+    tc.window_ns = kW;
+    Net n(config(), true, false, tc);
+    striping(n);
+    constexpr uint64_t kLateUs = 30'000;
+    for (tp::Lane *l : {&n.primary(), &n.backup()}) {
+        l->landed_late_ns = kLateUs * 1000;
+        l->stuck = true;
+    }
+    Traffic t(*n.send, *n.recv);
+    t.recv({10000}, {1}, {0});
+    t.send(10000, 1);
+    t.run_for(40);
+    REQUIRE(piece_bytes(n.primary()) > 0);
+    n.primary().stuck = false;
+    t.run_for(20);
+    REQUIRE_FALSE(t.send_done(0)); // the backup holds pieces of it: no ack yet
+    n.backup().stuck = false;
+    t.run();
+    t.run_for(3); // the last windows close
+    const uint64_t slow = send_wait_us(n.send.get(), kPrimary);
+    INFO("wait charged to the primary: " << slow << " us");
+    CHECK(slow >= kLateUs);
+    // The end points' own lateness (a descheduled test thread) may add some.
+    CHECK(slow < 2 * kLateUs);
     t.check_spent();
 }

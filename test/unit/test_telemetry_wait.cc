@@ -24,6 +24,7 @@
 
 #include "recv_comm.h"
 #include "send_comm.h"
+#include "tcp/stream_io.h"
 #include "tcp/tcp_path.h"
 #include "telemetry/registry.h"
 #include "telemetry/window.h"
@@ -150,7 +151,7 @@ struct AckSink final : vn::SendSink {
     uint64_t newest = 0;
     void acked(uint64_t seq) override { newest = std::max(newest, seq); }
     void held(uint64_t) override {}
-    void landed(uint64_t, uint64_t, uint32_t) override {}
+    void landed(uint64_t, uint64_t, uint32_t, uint64_t) override {}
     int cts(const vn::CtsGroup &) override { return 0; }
 };
 
@@ -174,6 +175,89 @@ void sleep_ms(int ms)
 constexpr uint64_t kMsNs = 1'000'000;
 
 } // namespace
+
+TEST_CASE("return delay: how much longer than its floor a report took on the way back",
+          "[telemetry][wait]")
+{
+    constexpr uint64_t kS = 1'000'000'000;
+    vtcp::ReturnDelay d;
+    // The receiver's clock 500 ns ahead of this one: differences are negative, and fine.
+    CHECK(d.sample(10'000, 9'500, 0) == 0); // the first sets the floor
+    CHECK(d.sample(20'000, 19'600, kS) == 100);
+    CHECK(d.sample(30'000, 29'000, 2 * kS) == 0); // a shorter trip: the new floor
+    CHECK(d.sample(40'000, 39'300, 3 * kS) == 300);
+    // A new bucket keeps the one before: the floor holds for another bucket ...
+    CHECK(d.sample(50'000, 49'800, 6 * kS) == 800);
+    // ... and then is forgotten: the least of the bucket before and this one counts.
+    CHECK(d.sample(60'000, 59'900, 11 * kS) == 100);
+    // After more than two buckets without a report the floor starts afresh.
+    CHECK(d.sample(70'000, 70'400, 30 * kS) == 0);
+    CHECK(d.sample(80'000, 80'500, 31 * kS) == 100);
+    // A 64-bit wall clock far from the other end's: only the difference matters.
+    vtcp::ReturnDelay far;
+    CHECK(far.sample(UINT64_MAX - 50, 1'000, 0) == 0);
+    CHECK(far.sample(UINT64_MAX - 50, 1'700, kS) == 700);
+}
+
+namespace {
+
+// Records what each landed report said about its trip back.
+struct LateSink final : vn::SendSink {
+    std::vector<uint64_t> late; // per landing, ns
+    void acked(uint64_t) override {}
+    void held(uint64_t) override {}
+    void landed(uint64_t, uint64_t, uint32_t, uint64_t late_ns) override { late.push_back(late_ns); }
+    int cts(const vn::CtsGroup &) override { return 0; }
+};
+
+} // namespace
+
+TEST_CASE("tcp path: a landed report says how much longer than its floor it took on the way back",
+          "[telemetry][wait]")
+{
+    // The receiver's half is played by hand: its reports are written to the back channel
+    // with a chosen stamp, as if queued that much earlier (or later) on the receiver's clock.
+    auto pair = tcp_pair();
+    std::vector<vigil::net::UniqueFd> fds;
+    fds.push_back(std::move(pair[0]));
+    vn::PathIdentity id;
+    id.id = 78;
+    id.dev = 0;
+    id.dev_name = "lo";
+    vtcp::TcpSendPath send(std::move(fds), id, 64 * 1024);
+    TcpPath::rx_timestamps_on();
+    LateSink sink;
+    auto report = [&](uint64_t stamp) {
+        using vtcp::BackHeader;
+        const vtcp::Landed l{0, 100, 1};
+        std::array<uint8_t, BackHeader::kMaxBytes> msg{};
+        BackHeader h;
+        vtcp::encode_landed(&l, 1, stamp, &h, msg.data() + BackHeader::kSize);
+        h.encode(msg.data());
+        const size_t n = BackHeader::kSize + h.payload();
+        REQUIRE(::send(pair[1].get(), msg.data(), n, 0) == static_cast<ssize_t>(n));
+        const size_t before = sink.late.size();
+        for (int i = 0; i < 2000 && sink.late.size() == before; ++i) {
+            REQUIRE(send.progress(sink).error == 0);
+            if (sink.late.size() == before) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        REQUIRE(sink.late.size() == before + 1);
+        return sink.late.back();
+    };
+    CHECK(report(vtcp::realtime_ns()) == 0); // the floor: loopback's trip
+    // Queued 30 ms before it was sent (behind the receiver's own data, in effect).
+    uint64_t late = report(vtcp::realtime_ns() - 30 * kMsNs);
+    INFO("late " << late / 1e6 << " ms");
+    CHECK(late >= 29 * kMsNs);
+    CHECK(late < 30 * kMsNs + 1000 * kMsNs);
+    // The receiver's clock stepped 20 ms ahead: a new floor at once ...
+    CHECK(report(vtcp::realtime_ns() + 20 * kMsNs) == 0);
+    // ... against which a report stamped as before looks 20 ms late: what the callers bound.
+    late = report(vtcp::realtime_ns());
+    CHECK(late >= 19 * kMsNs);
+    // An unstamped report (a receiver before the stamp) is not late.
+    CHECK(report(0) == 0);
+}
 
 TEST_CASE("tcp path: acks carry how long the data waited for its reader", "[telemetry][wait]")
 {

@@ -442,12 +442,13 @@ TEST_CASE("landed report: encode_landed/decode_landed round trip", "[wire]")
         in[k] = Landed{0x1000000000ull + k * 7, static_cast<uint32_t>(0xfffffff0u - k), static_cast<uint32_t>(k + 1)};
     std::array<uint8_t, BackHeader::kMaxBytes> msg{};
     BackHeader h;
-    encode_landed(in.data(), in.size(), &h, msg.data() + BackHeader::kSize);
+    encode_landed(in.data(), in.size(), 0x18a2b3c4d5e6f708ull, &h, msg.data() + BackHeader::kSize);
     h.encode(msg.data());
     BackHeader got;
     REQUIRE(got.decode(msg.data()) == nullptr);
     REQUIRE(got.kind == BackHeader::kLanded);
     REQUIRE(got.count == in.size());
+    CHECK(got.value == 0x18a2b3c4d5e6f708ull); // the receiver's stamp
     CHECK(got.payload() == in.size() * BackHeader::kLandedSize);
     for (size_t k = 0; k < in.size(); ++k) {
         const Landed l = decode_landed(msg.data() + BackHeader::kSize, k);
