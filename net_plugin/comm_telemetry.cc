@@ -25,7 +25,8 @@ PathTelemetry::PathTelemetry(const TelemetryConfig &cfg, Direction dir, const Pa
           if (id.dev >= 0 && static_cast<size_t>(id.dev) < cfg.link_bytes_per_s.size())
               d.link_bytes_per_s = cfg.link_bytes_per_s[static_cast<size_t>(id.dev)];
           return d;
-      }())
+      }(),
+            telemetry::PortClock::of(dir == Direction::kSend ? 0 : 1, id.dev))
 {
 }
 

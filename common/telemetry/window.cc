@@ -22,6 +22,10 @@ uint64_t DegradeDetector::attribute_wait(uint64_t wait)
     for (int j = 1; j <= n_ && wait > 0; ++j) {
         const int i = (pos_ - j + k) % k;
         const uint64_t take = std::min(wait, busy_[i] - wait_[i]);
+        // The same part of the slot's share of the port.
+        if (busy_[i] > 0)
+            share_wait_[i] = std::min(share_[i], share_wait_[i] + static_cast<double>(take) * share_[i] /
+                                                                     static_cast<double>(busy_[i]));
         wait_[i] += take;
         sum_wait_ += take;
         wait -= take;
@@ -40,6 +44,7 @@ void DegradeDetector::open_slot(int k)
         ++n_;
     }
     bytes_[pos_] = busy_[pos_] = ops_[pos_] = wait_[pos_] = 0;
+    share_[pos_] = share_wait_[pos_] = 0;
     pos_ = (pos_ + 1) % k;
     ++since_change_;
     if (slow_for_ > 0) ++slow_for_;
@@ -59,7 +64,10 @@ void DegradeDetector::learn(int k, bool slow, double bw)
     // way; the baseline's quick rise would follow the high swings.
     const bool smooth = sum_ops_ >= std::min<uint64_t>(cfg_.min_learn_ops, static_cast<uint64_t>(k));
     if (slow || !healthy || !smooth) return;
-    const double x = raw();
+    // Over the whole busy time, not the path's share of its port: a path busy beside another
+    // that moved nothing meanwhile had the port to itself, and its share would credit it
+    // with twice what the port gave ("Sharing").
+    const double x = alone();
     ++healthy_seen_;
     if (healthy_seen_ <= std::max(cfg_.warmup, 1)) {
         baseline_ += (x - baseline_) / healthy_seen_; // the mean of the first ones
@@ -70,7 +78,26 @@ void DegradeDetector::learn(int k, bool slow, double bw)
     if (cfg_.link_bytes_per_s > 0) baseline_ = std::min(baseline_, cfg_.link_bytes_per_s);
 }
 
-int DegradeDetector::feed(const WindowRecord &w)
+double DegradeDetector::judged() const
+{
+    double share = 0;
+    for (int i = 0; i < kMaxK; ++i) share += share_[i] - share_wait_[i]; // unused slots are 0
+    return share <= 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / share;
+}
+
+double DegradeDetector::alone() const
+{
+    return sum_busy_ == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
+}
+
+double DegradeDetector::raw() const
+{
+    double share = 0;
+    for (int i = 0; i < kMaxK; ++i) share += share_[i];
+    return share <= 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / share;
+}
+
+int DegradeDetector::feed(const WindowRecord &w, double share_ns)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
     const uint64_t wait = static_cast<uint64_t>(w.wait_us) * 1000;
@@ -100,6 +127,7 @@ int DegradeDetector::feed(const WindowRecord &w)
     const int i = (pos_ - 1 + k) % k;
     bytes_[i] += w.bytes;
     busy_[i] += w.busy_ns;
+    share_[i] += std::clamp(share_ns, 0.0, static_cast<double>(w.busy_ns));
     ops_[i] += w.ops;
     sum_bytes_ += w.bytes;
     sum_busy_ += w.busy_ns;
@@ -144,9 +172,34 @@ int DegradeDetector::feed(const WindowRecord &w)
     return 0;
 }
 
-PathMeter::PathMeter(uint64_t window_ns, WindowSink *sink, const DetectorConfig &det)
-    : window_ns_(window_ns), sink_(sink), detector_(det)
+PathMeter::PathMeter(uint64_t window_ns, WindowSink *sink, const DetectorConfig &det, PortClock *port)
+    : window_ns_(window_ns), sink_(sink), detector_(det), port_(port)
 {
+}
+
+PathMeter::~PathMeter()
+{
+    if (entered_) port_->leave(last_change_); // the port's other paths no longer share with it
+}
+
+void PathMeter::busy_begin(uint64_t now)
+{
+    busy_since_ = now;
+    if (port_ == nullptr) return;
+    port_mark_ = port_->enter(now);
+    entered_ = true;
+}
+
+void PathMeter::share_until(uint64_t now, uint64_t from, bool leave)
+{
+    if (!entered_) {
+        share_ns_ += static_cast<double>(since_or_zero(now, from));
+        return;
+    }
+    const double v = leave ? port_->leave(now) : port_->read(now);
+    share_ns_ += std::max(0.0, v - port_mark_);
+    port_mark_ = v;
+    entered_ = !leave;
 }
 
 void PathMeter::advance(uint64_t now)
@@ -192,7 +245,9 @@ void PathMeter::close_window()
 {
     account(end_);
     if (inflight_ops_ > 0) {
-        cur_.busy_ns += end_ - std::max(busy_since_, start_);
+        const uint64_t from = std::max(busy_since_, start_);
+        cur_.busy_ns += end_ - from;
+        share_until(end_, from, false);
         busy_since_ = end_;
     }
     const bool empty = cur_.ops == 0 && cur_.busy_ns == 0 && cur_.replays == 0 &&
@@ -209,7 +264,7 @@ void PathMeter::close_window()
         cur_.avg_queued_bytes =
             cur_.busy_ns == 0 ? 0 : static_cast<uint64_t>(queued_byte_ns_ / static_cast<double>(cur_.busy_ns));
         cur_.wait_us = static_cast<uint32_t>(std::min<uint64_t>(wait_ns_ / 1000, UINT32_MAX));
-        const int change = detector_.feed(cur_);
+        const int change = detector_.feed(cur_, share_ns_);
         cur_.degraded = detector_.degraded() ? 1 : 0;
         cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
         cur_.judged_bps = static_cast<uint64_t>(detector_.judged());
@@ -223,6 +278,7 @@ void PathMeter::close_window()
     cur_.peak_inflight_bytes = inflight_bytes_;
     cur_.receiver_bound = receiver_bound_ ? 1 : 0;
     queued_byte_ns_ = 0;
+    share_ns_ = 0;
     wait_ns_ = 0;
     hist_.reset();
 }
@@ -231,7 +287,7 @@ void PathMeter::on_post(uint64_t now, uint64_t bytes)
 {
     advance(now);
     account(now);
-    if (inflight_ops_++ == 0) busy_since_ = now;
+    if (inflight_ops_++ == 0) busy_begin(now);
     inflight_bytes_ += bytes;
     cur_.peak_inflight_bytes = std::max(cur_.peak_inflight_bytes, inflight_bytes_);
 }
@@ -253,7 +309,11 @@ void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
     hist_.add(now > posted_at ? now - posted_at : 0);
     if (inflight_ops_ == 0) return; // completion of an op posted before this meter existed
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
-    if (--inflight_ops_ == 0) cur_.busy_ns += since_or_zero(now, std::max(busy_since_, start_));
+    if (--inflight_ops_ == 0) {
+        const uint64_t from = std::max(busy_since_, start_);
+        cur_.busy_ns += since_or_zero(now, from);
+        share_until(now, from, true);
+    }
 }
 
 void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
@@ -263,7 +323,11 @@ void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
     if (inflight_ops_ == 0) return;
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
     inflight_ops_ -= std::min(n, inflight_ops_);
-    if (inflight_ops_ == 0) cur_.busy_ns += since_or_zero(now, std::max(busy_since_, start_));
+    if (inflight_ops_ == 0) {
+        const uint64_t from = std::max(busy_since_, start_);
+        cur_.busy_ns += since_or_zero(now, from);
+        share_until(now, from, true);
+    }
 }
 
 void PathMeter::set_receiver_bound(uint64_t now, bool bound)

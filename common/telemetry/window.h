@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "histogram.h"
+#include "port_clock.h"
 
 namespace vigil::telemetry {
 
@@ -84,6 +85,19 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// whose wait time is still unreported cannot be told from a slow path. A span with less than
 /// `min_busy` of a window of the path's own busy time (busy minus wait) is no evidence.
 ///
+/// Sharing. The verdict and recovery take bandwidth over the path's share of its port's busy
+/// time (PortClock: half of a span during which another path of this process was busy on the
+/// same port, all of it while alone), not its whole busy time: under multipath each port
+/// carries paths of several connections at once, and a path that moves half its port's bytes
+/// beside another is as healthy as one that moves them all alone. The baseline learns over
+/// the whole busy time: a path "busy" beside one that moved nothing (its data waited for the
+/// receiver) had the port to itself, and its share would credit it with up to n times what
+/// the port gave; learned so, the baseline would rise far above the port's rate (on the
+/// 4-rank lab, to 3 times it) and ordinary spans would look degraded. Sharing therefore only
+/// ever makes a path look faster against its baseline, never slower. Whether a window is
+/// loaded, and whether a span has enough busy time to judge, go by the path's own busy time;
+/// its wait time counts in the same proportion as the busy time it came out of.
+///
 /// Baseline. The mean of the first `warmup` healthy aggregates (nothing is flagged before),
 /// then an asymmetric EWMA of each healthy aggregate x: baseline += a (x - baseline), with
 /// a = `ewma_alpha` when x is above it and a = `ewma_alpha_down` (20 times smaller) when below.
@@ -139,25 +153,23 @@ class DegradeDetector
 public:
     explicit DegradeDetector(const DetectorConfig &cfg = {}) : cfg_(cfg) {}
     /// Feeds one closed window; returns +1 when the path just became degraded, -1 when it
-    /// just became healthy again, 0 otherwise.
-    int feed(const WindowRecord &w);
+    /// just became healthy again, 0 otherwise. `share_ns` (<= w.busy_ns): the path's share
+    /// of its port over the window's busy time ("Sharing"); the one-argument form: all of it.
+    int feed(const WindowRecord &w, double share_ns);
+    int feed(const WindowRecord &w) { return feed(w, static_cast<double>(w.busy_ns)); }
     bool degraded() const { return degraded_; }
     double baseline() const { return baseline_; }
     /// True once the warm-up is over: the baseline is judged against from now on.
     bool armed() const { return healthy_seen_ >= cfg_.warmup; }
-    /// Busy-time bandwidth over the last k loaded windows, wait time taken out (what the
-    /// verdict is based on), bytes/s; 0 before any loaded window.
-    double judged() const
-    {
-        const uint64_t own = sum_busy_ - sum_wait_;
-        return own == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(own);
-    }
-    /// The same aggregate with the wait left in (what the baseline learns, and what recovery
-    /// is judged on), bytes/s; 0 before any loaded window.
-    double raw() const
-    {
-        return sum_busy_ == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
-    }
+    /// Bandwidth over the path's share of the busy time of the last k loaded windows, wait
+    /// time taken out (what the verdict is based on), bytes/s; 0 before any loaded window.
+    double judged() const;
+    /// The same aggregate with the wait left in (what recovery is judged on), bytes/s; 0
+    /// before any loaded window.
+    double raw() const;
+    /// Bytes over the whole busy time of the span, wait left in, the port's sharing not
+    /// taken out (what the baseline learns), bytes/s; 0 before any loaded window.
+    double alone() const;
 
 private:
     static constexpr int kMaxK = 64;
@@ -180,6 +192,8 @@ private:
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
     uint64_t ops_[kMaxK] = {};
+    double share_[kMaxK] = {}, share_wait_[kMaxK] = {}; // the same busy and wait time, as the
+                                                        // path's share of its port ("Sharing")
     uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0, sum_ops_ = 0;
     int n_ = 0, pos_ = 0; // pos_: next slot to write (the newest is pos_ - 1)
 };
@@ -205,7 +219,13 @@ protected:
 class PathMeter
 {
 public:
-    PathMeter(uint64_t window_ns, WindowSink *sink, const DetectorConfig &det = {});
+    /// `port`: the fair-share clock of the path's local port (nullptr: the path is judged as
+    /// if alone on it); outlives the meter.
+    PathMeter(uint64_t window_ns, WindowSink *sink, const DetectorConfig &det = {},
+              PortClock *port = nullptr);
+    ~PathMeter();
+    PathMeter(const PathMeter &) = delete;
+    PathMeter &operator=(const PathMeter &) = delete;
 
     void on_post(uint64_t now, uint64_t bytes);
     /// `bytes` more of an operation already posted (a further piece of one message).
@@ -243,6 +263,16 @@ private:
     uint64_t inflight_ops_ = 0, inflight_bytes_ = 0, busy_since_ = 0;
     uint64_t last_change_ = 0;      // last time inflight_bytes_ changed (or a window closed)
     double queued_byte_ns_ = 0;     // integral of inflight_bytes_ over time in this window
+    // The port's fair-share clock: its reading when this path's share was last counted (while
+    // busy, entered_), and the share of the current window's busy time.
+    PortClock *port_;
+    bool entered_ = false;
+    double port_mark_ = 0;
+    double share_ns_ = 0;
+    /// The path becomes busy / idle at `now`, or its window closes at `now` while busy: counts
+    /// its share of the port up to `now` (no port clock: the real time since `from`).
+    void busy_begin(uint64_t now);
+    void share_until(uint64_t now, uint64_t from, bool leave);
     uint64_t wait_ns_ = 0;          // wait time reported in this window
     void account(uint64_t now);     // adds inflight_bytes_ x (now - last_change_)
     WindowRecord cur_{};

@@ -352,3 +352,79 @@ TEST_CASE("meter: wait time lands in the window of its report", "[telemetry]")
     CHECK(s.windows[1].wait_us == 7);
     CHECK(s.windows[1].ops == 0);
 }
+
+// =========================================================================================
+// Paths sharing a port (PortClock)
+// =========================================================================================
+
+TEST_CASE("port clock: advances at 1/n of real time while n paths are busy, not at all while "
+          "none is",
+          "[telemetry]")
+{
+    vt::PortClock c;
+    constexpr double kMs = 1e6;
+    CHECK(c.enter(kT) == 0);                                   // A alone ...
+    CHECK(c.read(kT + 10'000'000) == Approx(10 * kMs));       // ... all of the time
+    CHECK(c.enter(kT + 10'000'000) == Approx(10 * kMs));      // B too ...
+    CHECK(c.busy() == 2);
+    CHECK(c.read(kT + 30'000'000) == Approx(20 * kMs));       // ... half each
+    CHECK(c.leave(kT + 30'000'000) == Approx(20 * kMs));      // A leaves
+    CHECK(c.leave(kT + 40'000'000) == Approx(30 * kMs));      // B alone, then leaves
+    CHECK(c.busy() == 0);
+    CHECK(c.read(kT + 50'000'000) == Approx(30 * kMs));       // idle: stands still
+    // A reading at an earlier time than one already taken (two threads' clock reads cross)
+    // never moves it back.
+    CHECK(c.enter(kT + 45'000'000) == Approx(30 * kMs));
+    CHECK(c.read(kT + 60'000'000) == Approx(40 * kMs));
+    CHECK(c.leave(kT + 60'000'000) == Approx(40 * kMs));
+    // Per direction and device; none outside the table.
+    CHECK(vt::PortClock::of(0, 1) != vt::PortClock::of(1, 1));
+    CHECK(vt::PortClock::of(0, 1) == vt::PortClock::of(0, 1));
+    CHECK(vt::PortClock::of(0, -1) == nullptr);
+    CHECK(vt::PortClock::of(0, vt::PortClock::kDevs) == nullptr);
+}
+
+TEST_CASE("meter: a path sharing its port with another is judged on its share of the port",
+          "[telemetry]")
+{
+    // Path A learns its baseline alone on the port; then path B of another connection is
+    // busy beside it all the time; A moves 40 % of what it moved alone, B 60 % (multipath:
+    // each port carries the active path of one connection and the shared path of another).
+    // The port is as fast as before: A is healthy. Then the port slows to a fifth: A is
+    // degraded.
+    // Without the port's clock (as before it existed), A was flagged as soon as B joined.
+    const bool clock = GENERATE(true, false);
+    CAPTURE(clock);
+    DetectorConfig cfg;
+    cfg.k = 4;
+    cfg.warmup = 4;
+    vt::PortClock port;
+    RecordingSink sa, sb;
+    PathMeter a(kW, &sa, cfg, clock ? &port : nullptr), b(kW, &sb, cfg, clock ? &port : nullptr);
+    uint64_t t = kT;
+    auto window_of = [&](uint64_t a_bytes, uint64_t b_bytes) { // 900 us busy per window
+        a.on_post(t + 50'000, a_bytes);
+        if (b_bytes > 0) b.on_post(t + 50'000, b_bytes);
+        a.on_complete(t + 950'000, t + 50'000, a_bytes);
+        if (b_bytes > 0) b.on_complete(t + 950'000, t + 50'000, b_bytes);
+        t += kW;
+    };
+    for (int i = 0; i < 30; ++i) window_of(1'000'000, 0);
+    for (int i = 0; i < 30; ++i) window_of(400'000, 600'000); // not quite fair, either
+    a.advance(t);
+    const double x = 1e6 * 1e9 / 900'000; // the port's rate over busy time
+    REQUIRE(sa.windows.size() == 60);
+    CHECK(static_cast<double>(sa.windows[29].baseline_bps) == Approx(x).epsilon(0.01));
+    if (!clock) {
+        REQUIRE(sa.verdicts.size() == 1); // 0.4 of the baseline: flagged
+        CHECK(sa.verdicts[0].first);
+        return;
+    }
+    CHECK(sa.verdicts.empty());
+    CHECK(static_cast<double>(sa.windows.back().judged_bps) == Approx(0.8 * x).epsilon(0.01));
+    for (int i = 0; i < 30; ++i) window_of(100'000, 100'000);
+    a.advance(t);
+    REQUIRE(sa.verdicts.size() == 1);
+    CHECK(sa.verdicts[0].first);
+    CHECK(sa.verdicts[0].second >= 60);
+}
