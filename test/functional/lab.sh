@@ -28,8 +28,9 @@ quiet)
     # The demo's job (every port shaped to 2 Gbit/s, 2 channels of 4 MiB steps, the 4 ranks
     # and their progress threads on however few cores this host has) with the telemetry
     # defaults: a healthy lab, so no rank may log a degraded path. Three runs: the false
-    # alarm this guards against (a busy period's last bytes lost to the detector) came in
-    # about half the runs on 2 cores.
+    # alarms this guards against came in a quarter to half the runs on 2 cores (a busy
+    # period's last bytes lost to the detector; under multipath, a path judged on its own
+    # bytes while another connection's path shared its port).
     for h in 0 1 2 3; do for p in 0 1; do "$NETLAB_SH" degrade "$h" "$p" 2gbit; done; done
     for i in 1 2 3; do
         out=$(NCCL_DEBUG=WARN run_ranks 4 --workload allreduce --bytes 64M --iters 5 --check \
