@@ -130,9 +130,12 @@ void SendComm::share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64
     sh.landed += landed;
     late = std::min(late, since(now, sh.posted_ns));
     striper_.on_landed(slot, landed, now - late);
+    PathTelemetry *tm = paths_[slot].tm.get();
+    // What landed counts in the meter's window now, not all at the share's end.
+    if (tm != nullptr && landed > 0) tm->meter.on_progress(now, landed);
     if (sh.landed < sh.bytes) return;
-    if (PathTelemetry *tm = paths_[slot].tm.get()) {
-        tm->meter.on_complete(now, sh.posted_ns, sh.bytes);
+    if (tm != nullptr) {
+        tm->meter.on_complete(now, sh.posted_ns, 0);
         // The path had nothing more of this comm to carry while the news came back: its busy
         // clock ran on an idle path (a report queued behind the receiver's own outgoing data).
         // With more in flight it carried that meanwhile, and nothing is charged.
@@ -455,16 +458,18 @@ void SendComm::complete_acked_locked(uint64_t now) noexcept
 SendComm::Outstanding SendComm::abandon_locked(int slot, uint64_t now) noexcept
 {
     Outstanding o;
+    uint64_t unlanded = 0;
     for (uint64_t s = acked_; s < next_seq_; ++s) {
         SendMsg::Share &sh = msgs_[s % kMaxInflight].shares[static_cast<size_t>(slot)];
         if (!sh.open) continue;
         ++o.msgs;
         o.bytes += sh.bytes;
+        unlanded += sh.bytes - sh.landed;
         striper_.on_dropped(slot, sh.bytes - sh.landed);
         sh = SendMsg::Share{};
     }
     if (PathTelemetry *tm = paths_[slot].tm.get(); tm != nullptr && o.msgs > 0)
-        tm->meter.on_abandon(now, o.msgs, o.bytes);
+        tm->meter.on_abandon(now, o.msgs, unlanded); // what landed already left its count
     return o;
 }
 

@@ -316,6 +316,14 @@ void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
     }
 }
 
+void PathMeter::on_progress(uint64_t now, uint64_t bytes)
+{
+    advance(now);
+    account(now);
+    cur_.bytes += bytes;
+    inflight_bytes_ -= std::min(bytes, inflight_bytes_);
+}
+
 void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
 {
     advance(now);

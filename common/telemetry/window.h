@@ -18,7 +18,7 @@ struct WindowRecord {
     uint64_t start_ns;      ///< CLOCK_MONOTONIC start of the window
     uint32_t window_us;     ///< window length
     uint32_t generation;    ///< connection generation at close
-    uint64_t bytes;         ///< bytes of operations completed in the window
+    uint64_t bytes;         ///< bytes that arrived in the window (completed, or reported landed)
     uint64_t ops;           ///< operations completed
     uint64_t busy_ns;       ///< time with >= 1 operation in flight
     uint64_t lat_p50_ns;    ///< completion latency percentiles (post -> completion)
@@ -230,7 +230,16 @@ public:
     void on_post(uint64_t now, uint64_t bytes);
     /// `bytes` more of an operation already posted (a further piece of one message).
     void on_more(uint64_t now, uint64_t bytes);
+    /// An operation completed at `now`; `bytes` of it not yet counted by on_progress() count
+    /// in this window.
     void on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes);
+    /// `bytes` of an operation in flight arrived at `now` (it has not completed): they count
+    /// in this window, not in the one where the operation completes. A message of many
+    /// windows credited whole at its completion put its bytes in the window of its end and
+    /// its busy time in all the windows before: spans that began after it did (the detector
+    /// skips a busy period's first windows) read several times the port's rate, and the
+    /// baseline learned them.
+    void on_progress(uint64_t now, uint64_t bytes);
     /// `n` operations in flight were abandoned on this path (failover away) without
     /// completing here.
     void on_abandon(uint64_t now, uint64_t n, uint64_t bytes);

@@ -428,3 +428,33 @@ TEST_CASE("meter: a path sharing its port with another is judged on its share of
     CHECK(sa.verdicts[0].first);
     CHECK(sa.verdicts[0].second >= 60);
 }
+
+TEST_CASE("meter: bytes reported landed count in the window they landed, not where the operation "
+          "completes",
+          "[telemetry]")
+{
+    // One operation of 3 windows whose bytes land a third in each (a message striped in
+    // pieces, each reported as it lands): each window holds what landed in it, and the
+    // completion adds only what was not reported yet. Credited at completion, the last window
+    // held all of them and the two before none, though all three were busy.
+    RecordingSink s;
+    PathMeter m(kW, &s);
+    m.on_post(kT, 3000);
+    m.on_progress(kT + 500'000, 1000);
+    m.on_progress(kT + kW + 500'000, 1000);
+    m.on_progress(kT + 2 * kW + 400'000, 1000);
+    m.on_complete(kT + 2 * kW + 500'000, kT, 0);
+    m.advance(kT + 3 * kW);
+    REQUIRE(s.windows.size() == 3);
+    for (const WindowRecord &w : s.windows) {
+        INFO("window " << w.seq);
+        CHECK(w.bytes == 1000);
+    }
+    CHECK(s.windows[0].busy_ns == kW);
+    CHECK(s.windows[2].busy_ns == 500'000);
+    CHECK(s.windows[0].ops + s.windows[1].ops == 0);
+    CHECK(s.windows[2].ops == 1);
+    // The bytes still in flight fall as they land (the mean queued over the first window:
+    // 3000 for half of it, 2000 for the other half).
+    CHECK(s.windows[0].avg_queued_bytes == 2500);
+}
