@@ -85,6 +85,12 @@ double DegradeDetector::judged() const
     return share <= 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / share;
 }
 
+double DegradeDetector::judged_own() const
+{
+    const uint64_t own = sum_busy_ - sum_wait_;
+    return own == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(own);
+}
+
 double DegradeDetector::alone() const
 {
     return sum_busy_ == 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / static_cast<double>(sum_busy_);
@@ -267,7 +273,7 @@ void PathMeter::close_window()
         const int change = detector_.feed(cur_, share_ns_);
         cur_.degraded = detector_.degraded() ? 1 : 0;
         cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
-        cur_.judged_bps = static_cast<uint64_t>(detector_.judged());
+        cur_.judged_bps = static_cast<uint64_t>(detector_.judged_own());
         if (sink_ != nullptr) {
             // The verdict first: the registry keeps its evidence before the window's flag shows.
             if (change != 0) sink_->verdict(change > 0, cur_);

@@ -38,7 +38,10 @@ struct WindowRecord {
     uint32_t wait_us;
     uint64_t baseline_bps;  ///< detector baseline (bytes/s over busy time); 0 during its warm-up
     uint64_t reserved[1];   ///< ring index (set by the registry)
-    uint64_t judged_bps;    ///< the detector's aggregate over its last k loaded windows
+    /// The detector's aggregate over its last k loaded windows: bytes over the path's own
+    /// busy time, wait taken out (DegradeDetector::judged_own(); the verdict itself is taken
+    /// on the path's share of its port, which only reads higher)
+    uint64_t judged_bps;
     uint64_t avg_queued_bytes; ///< mean bytes in flight while busy
 
     /// Bandwidth over busy time, bytes/s (0 when the path was idle).
@@ -170,6 +173,12 @@ public:
     /// Bytes over the whole busy time of the span, wait left in, the port's sharing not
     /// taken out (what the baseline learns), bytes/s; 0 before any loaded window.
     double alone() const;
+    /// Bytes over the span's own busy time, wait taken out, the port's sharing not taken out
+    /// (what the windows publish, and a degraded NIC's fraction is read from: in the same
+    /// terms as the baseline; the share of a port whose other path moved nothing meanwhile
+    /// credits up to n times what the port gave, and a cut port read 0.43 of its baseline
+    /// where it had 0.25), bytes/s; 0 before any loaded window.
+    double judged_own() const;
 
 private:
     static constexpr int kMaxK = 64;
