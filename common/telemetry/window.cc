@@ -22,10 +22,6 @@ uint64_t DegradeDetector::attribute_wait(uint64_t wait)
     for (int j = 1; j <= n_ && wait > 0; ++j) {
         const int i = (pos_ - j + k) % k;
         const uint64_t take = std::min(wait, busy_[i] - wait_[i]);
-        // The same part of the slot's share of the port.
-        if (busy_[i] > 0)
-            share_wait_[i] = std::min(share_[i], share_wait_[i] + static_cast<double>(take) * share_[i] /
-                                                                     static_cast<double>(busy_[i]));
         wait_[i] += take;
         sum_wait_ += take;
         wait -= take;
@@ -44,7 +40,7 @@ void DegradeDetector::open_slot(int k)
         ++n_;
     }
     bytes_[pos_] = busy_[pos_] = ops_[pos_] = wait_[pos_] = 0;
-    share_[pos_] = share_wait_[pos_] = 0;
+    share_[pos_] = 0;
     pos_ = (pos_ + 1) % k;
     ++since_change_;
     if (slow_for_ > 0) ++slow_for_;
@@ -81,7 +77,10 @@ void DegradeDetector::learn(int k, bool slow, double bw)
 double DegradeDetector::judged() const
 {
     double share = 0;
-    for (int i = 0; i < kMaxK; ++i) share += share_[i] - share_wait_[i]; // unused slots are 0
+    // Each slot's wait comes out of its share in the proportion it came out of its busy time.
+    for (int i = 0; i < kMaxK; ++i) // unused slots are 0
+        if (busy_[i] > 0)
+            share += share_[i] * (1.0 - static_cast<double>(wait_[i]) / static_cast<double>(busy_[i]));
     return share <= 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / share;
 }
 
@@ -133,7 +132,7 @@ int DegradeDetector::feed(const WindowRecord &w, double share_ns)
     const int i = (pos_ - 1 + k) % k;
     bytes_[i] += w.bytes;
     busy_[i] += w.busy_ns;
-    share_[i] += std::clamp(share_ns, 0.0, static_cast<double>(w.busy_ns));
+    share_[i] += static_cast<float>(std::clamp(share_ns, 0.0, static_cast<double>(w.busy_ns)));
     ops_[i] += w.ops;
     sum_bytes_ += w.bytes;
     sum_busy_ += w.busy_ns;

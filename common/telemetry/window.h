@@ -201,8 +201,8 @@ private:
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
     uint64_t ops_[kMaxK] = {};
-    double share_[kMaxK] = {}, share_wait_[kMaxK] = {}; // the same busy and wait time, as the
-                                                        // path's share of its port ("Sharing")
+    float share_[kMaxK] = {}; // the same busy time, as the path's share of its port
+                              // ("Sharing"; float: 256 bytes per path, 24 bits are plenty)
     uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0, sum_ops_ = 0;
     int n_ = 0, pos_ = 0; // pos_: next slot to write (the newest is pos_ - 1)
 };
