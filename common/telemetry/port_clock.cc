@@ -5,25 +5,6 @@
 #include <array>
 
 namespace vigil::telemetry {
-namespace {
-
-class Guard
-{
-public:
-    explicit Guard(std::atomic_flag &f) noexcept : f_(f)
-    {
-        while (f_.test_and_set(std::memory_order_acquire)) {
-        }
-    }
-    ~Guard() { f_.clear(std::memory_order_release); }
-    Guard(const Guard &) = delete;
-    Guard &operator=(const Guard &) = delete;
-
-private:
-    std::atomic_flag &f_;
-};
-
-} // namespace
 
 void PortClock::advance(uint64_t now) noexcept
 {
@@ -34,7 +15,7 @@ void PortClock::advance(uint64_t now) noexcept
 
 double PortClock::enter(uint64_t now) noexcept
 {
-    Guard g(lock_);
+    std::lock_guard<std::mutex> g(mu_);
     advance(now);
     n_.fetch_add(1, std::memory_order_relaxed);
     return v_;
@@ -42,7 +23,7 @@ double PortClock::enter(uint64_t now) noexcept
 
 double PortClock::leave(uint64_t now) noexcept
 {
-    Guard g(lock_);
+    std::lock_guard<std::mutex> g(mu_);
     advance(now);
     if (n_.load(std::memory_order_relaxed) > 0) n_.fetch_sub(1, std::memory_order_relaxed);
     return v_;
@@ -50,7 +31,7 @@ double PortClock::leave(uint64_t now) noexcept
 
 double PortClock::read(uint64_t now) noexcept
 {
-    Guard g(lock_);
+    std::lock_guard<std::mutex> g(mu_);
     advance(now);
     return v_;
 }

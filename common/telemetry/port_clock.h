@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace vigil::telemetry {
 
@@ -27,9 +28,10 @@ namespace vigil::telemetry {
  * megabytes queued still counts as one of two). Either can make a path look slower than its
  * port, never faster.
  *
- * Thread-safe: a spin lock around three words, taken when a path's busy state changes and
- * when its meter closes a window while busy (at most once per window, 1 ms by default, per
- * busy path). No allocation.
+ * Thread-safe: a mutex around three words, taken when a path's busy state changes and when
+ * its meter closes a window while busy (at most once per window, 1 ms by default, per busy
+ * path); not a spin lock, which on a saturated host spins out a time slice behind a holder
+ * that was preempted. No allocation.
  */
 class PortClock
 {
@@ -51,8 +53,8 @@ public:
     static constexpr int kDevs = 64;
 
 private:
-    void advance(uint64_t now) noexcept; // with the lock held
-    std::atomic_flag lock_ = ATOMIC_FLAG_INIT;
+    void advance(uint64_t now) noexcept; // with mu_ held
+    std::mutex mu_;
     double v_ = 0;          // the fair-share time, ns
     uint64_t last_ns_ = 0;  // when v_ was last advanced
     std::atomic<int> n_{0}; // paths busy

@@ -195,6 +195,13 @@ void PathMeter::busy_begin(uint64_t now)
     entered_ = true;
 }
 
+void PathMeter::busy_end(uint64_t now)
+{
+    const uint64_t from = std::max(busy_since_, start_);
+    cur_.busy_ns += since_or_zero(now, from);
+    share_until(now, from, true);
+}
+
 void PathMeter::share_until(uint64_t now, uint64_t from, bool leave)
 {
     if (!entered_) {
@@ -314,11 +321,7 @@ void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
     hist_.add(now > posted_at ? now - posted_at : 0);
     if (inflight_ops_ == 0) return; // completion of an op posted before this meter existed
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
-    if (--inflight_ops_ == 0) {
-        const uint64_t from = std::max(busy_since_, start_);
-        cur_.busy_ns += since_or_zero(now, from);
-        share_until(now, from, true);
-    }
+    if (--inflight_ops_ == 0) busy_end(now);
 }
 
 void PathMeter::on_progress(uint64_t now, uint64_t bytes)
@@ -336,11 +339,7 @@ void PathMeter::on_abandon(uint64_t now, uint64_t n, uint64_t bytes)
     if (inflight_ops_ == 0) return;
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
     inflight_ops_ -= std::min(n, inflight_ops_);
-    if (inflight_ops_ == 0) {
-        const uint64_t from = std::max(busy_since_, start_);
-        cur_.busy_ns += since_or_zero(now, from);
-        share_until(now, from, true);
-    }
+    if (inflight_ops_ == 0) busy_end(now);
 }
 
 void PathMeter::set_receiver_bound(uint64_t now, bool bound)

@@ -287,9 +287,12 @@ private:
     bool entered_ = false;
     double port_mark_ = 0;
     double share_ns_ = 0;
-    /// The path becomes busy / idle at `now`, or its window closes at `now` while busy: counts
-    /// its share of the port up to `now` (no port clock: the real time since `from`).
+    /// The path becomes busy at `now` (its busy time, and its share of the port, count from
+    /// here), or stops being busy at `now` (both are counted up to `now`).
     void busy_begin(uint64_t now);
+    void busy_end(uint64_t now);
+    /// Counts the path's share of the port from `from` up to `now` (the path stops being busy
+    /// there: `leave`; no port clock: the real time since `from`).
     void share_until(uint64_t now, uint64_t from, bool leave);
     uint64_t wait_ns_ = 0;          // wait time reported in this window
     void account(uint64_t now);     // adds inflight_bytes_ x (now - last_change_)
