@@ -49,9 +49,12 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
             return error_.load(std::memory_order_acquire);
     }
     if (sizes != nullptr) {
-        if (r->is_send) sizes[0] = static_cast<int>(r->size);
-        else
-            for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<int>(r->msg_size[i]);
+        if (r->is_send) {
+            sizes[0] = static_cast<int>(r->size);
+        } else {
+            const auto *rr = static_cast<const RecvRequest *>(r); // what !is_send says it is
+            for (int i = 0; i < rr->n; ++i) sizes[i] = static_cast<int>(rr->msg_size[i]);
+        }
     }
     *done = 1;
     r->state.store(Request::kFree, std::memory_order_release);

@@ -24,8 +24,12 @@ namespace vigil::net {
 
 class Comm;
 
-/// One NCCL request (`void* request`). Lives in its comm's fixed pool; never allocated on the
-/// data path. `state` is the only field another thread reads without the comm lock.
+/// One NCCL request (`void* request`): what test() reads of a send or a receive. A send's
+/// request is this alone (48 bytes: a send comm keeps one per message in flight); a receive's
+/// is a RecvRequest, which `is_send` false says it is. Lives in its comm's pool (SendComm's
+/// message ring, RecvComm's fixed array) at an address that never changes while NCCL holds
+/// it; never allocated on the data path. `state` is the only field another thread reads
+/// without the comm lock.
 struct Request {
     enum : uint8_t { kFree = 0, kPending = 1, kDone = 2 };
     std::atomic<uint8_t> state{kFree};
@@ -33,8 +37,11 @@ struct Request {
     Comm *comm = nullptr;
     uint64_t seq = 0; ///< send: the message's sequence number; recv: the group's first
     size_t size = 0;  ///< send: bytes
-    // recv: n buffers, advertised as CTS group `cts`; msg_size[i] is the size of the message
-    // bound to buffer i (<= its capacity, cts.entries[i].size)
+};
+
+/// A receive's request: n buffers, advertised as CTS group `cts`; msg_size[i] is the size of
+/// the message bound to buffer i (<= its capacity, cts.entries[i].size). Or a flush.
+struct RecvRequest : Request {
     int n = 0;
     int remaining = 0;
     CtsGroup cts;

@@ -150,7 +150,7 @@ void SendComm::ack_wait_locked(int slot, const PathStatus &st, uint64_t now) noe
     // waits for the same reader and the same busy CPUs as the active one's).
     const bool drained = st.wait_ack == next_seq_;
     const uint64_t wait = std::min(drained ? st.wait_ns : st.wait_stalled_ns,
-                                   since(now, msgs_[(st.wait_ack - 1) % kMaxInflight].posted_ns));
+                                   since(now, at(st.wait_ack - 1).msg.posted_ns));
     if (wait > 0) tm->meter.on_wait(now, wait);
 }
 

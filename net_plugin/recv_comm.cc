@@ -38,7 +38,7 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
 
 RecvComm::~RecvComm()
 {
-    for (Request &r : reqs_)
+    for (RecvRequest &r : reqs_)
         if (r.state.load(std::memory_order_relaxed) == Request::kPending)
             for (int i = 0; i < r.n; ++i) MemRegion::unref(r.mr[static_cast<size_t>(i)]);
 }
@@ -86,7 +86,7 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
         return error_.load(std::memory_order_relaxed);
     }
     if (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > kMaxInflight) return 0;
-    Request *r = free_request();
+    RecvRequest *r = free_request();
     if (r == nullptr) return 0;
     r->is_send = false;
     r->is_flush = false;
@@ -127,9 +127,9 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
     return 0;
 }
 
-Request *RecvComm::free_request() noexcept
+RecvRequest *RecvComm::free_request() noexcept
 {
-    for (Request &c : reqs_)
+    for (RecvRequest &c : reqs_)
         if (c.state.load(std::memory_order_acquire) == Request::kFree) return &c;
     return nullptr;
 }
@@ -146,7 +146,7 @@ int RecvComm::iflush(int n, void *const *data, const int *sizes, MemRegion *cons
     if (last < 0) return 0;
     Locked g(*this);
     if (int e = error_.load(std::memory_order_relaxed)) return e;
-    Request *r = free_request();
+    RecvRequest *r = free_request();
     if (r == nullptr) {
         // NCCL tests a receive before flushing it, so a request is free unless it flushes
         // more than kMaxRequests receives at once; a NULL here would mean "done".
@@ -185,7 +185,7 @@ void RecvComm::progress_flushes_locked() noexcept
     std::array<bool, kMaxPaths> failed{};
     for (size_t k = 0; k < kMaxPaths; ++k)
         if (flushers_[k]) failed[k] = flushers_[k]->progress(&completed[k]) != 0;
-    for (Request &r : reqs_) {
+    for (RecvRequest &r : reqs_) {
         if (!r.is_flush || r.state.load(std::memory_order_relaxed) != Request::kPending) continue;
         bool all = true;
         for (size_t k = 0; k < kMaxPaths; ++k)
@@ -198,17 +198,17 @@ void RecvComm::progress_flushes_locked() noexcept
 
 void RecvComm::readvertise_locked(int i) noexcept
 {
-    std::array<const Request *, kMaxRequests> open{};
+    std::array<const RecvRequest *, kMaxRequests> open{};
     size_t n = 0;
-    for (const Request &r : reqs_)
+    for (const RecvRequest &r : reqs_)
         if (r.state.load(std::memory_order_relaxed) == Request::kPending && r.remaining > 0 && !r.is_flush)
             open[n++] = &r;
     std::sort(open.begin(), open.begin() + static_cast<long>(n),
-              [](const Request *a, const Request *b) { return a->cts.index < b->cts.index; });
+              [](const RecvRequest *a, const RecvRequest *b) { return a->cts.index < b->cts.index; });
     for (size_t k = 0; k < n; ++k) paths_[i].path->advertise(open[k]->cts);
 }
 
-void RecvComm::complete_locked(Request *r) noexcept
+void RecvComm::complete_locked(RecvRequest *r) noexcept
 {
     for (int i = 0; i < r->n; ++i) {
         MemRegion::unref(r->mr[static_cast<size_t>(i)]);
@@ -317,7 +317,7 @@ Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, ui
 int RecvComm::bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) noexcept
 {
     MsgSlot &s = msgs_[seq % kMaxInflight];
-    Request *r = s.req;
+    RecvRequest *r = s.req;
     if (entry < 0 || entry >= r->n) return -EPROTO;
     const size_t e = static_cast<size_t>(entry);
     if (r->cts.entries[e].tag != tag) return -EPROTO;
@@ -357,7 +357,7 @@ int RecvComm::unwrap_locked(uint64_t residue, int bits, int entry, uint64_t *seq
     *seq = base + ((residue - base) & (mod - 1));
     if (*seq < floor_) return 1; // a replay of a completed message
     if (*seq >= next_post_seq_ || *seq - floor_ >= kMaxInflight) return -EPROTO;
-    const Request *r = msgs_[*seq % kMaxInflight].req;
+    const RecvRequest *r = msgs_[*seq % kMaxInflight].req;
     if (entry < 0 || entry >= r->n) return -EPROTO;
     *tag = r->cts.entries[static_cast<size_t>(entry)].tag;
     return 0;
@@ -416,7 +416,7 @@ int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept
         }
     }
     MsgSlot &s = msgs_[seq % kMaxInflight];
-    Request *r = s.req;
+    RecvRequest *r = s.req;
     s.got += len;
     const size_t e = static_cast<size_t>(s.buf);
     // Until the size is known (pieces ahead of a striped message's last one), the buffer's

@@ -156,7 +156,7 @@ private:
     };
     /// One message of a posted group: ring slot seq % kMaxInflight.
     struct MsgSlot {
-        Request *req = nullptr; // the irecv covering this seq
+        RecvRequest *req = nullptr; // the irecv covering this seq
         int buf = -1;           // its buffer, once bound by the sender's first frame
         bool sized = false;     // its size is known (a striped RDMA message: from its last piece)
         uint32_t gen = 0;       // the generation whose bytes `got` counts
@@ -206,9 +206,9 @@ private:
     int whole_short(int slot, uint32_t gen, uint64_t seq_residue, int bits, uint64_t size, int entry);
     /// Advertises every group not yet complete on path `i`, oldest first.
     void readvertise_locked(int i) noexcept;
-    void complete_locked(Request *r) noexcept;
+    void complete_locked(RecvRequest *r) noexcept;
     /// A free request of the pool, or nullptr.
-    Request *free_request() noexcept;
+    RecvRequest *free_request() noexcept;
     /// Completes the flush requests whose reads completed.
     void progress_flushes_locked() noexcept;
     bool quiet_locked() const noexcept override;
@@ -246,7 +246,7 @@ private:
     std::array<std::unique_ptr<Flusher>, kMaxPaths> flushers_; // per slot's device; may be null
     int flushes_pending_ = 0;
     uint64_t next_accept_poll_ns_ = 0;
-    std::array<Request, kMaxRequests> reqs_;
+    std::array<RecvRequest, kMaxRequests> reqs_;
     std::array<MsgSlot, kMaxInflight> msgs_;
     uint32_t gen_ = 1;
     int active_path_ = kPrimary; // where the newest generation arrives (telemetry)

@@ -20,6 +20,10 @@ SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
     : Comm(devs), cfg_(cfg), tcfg_(tcfg), striper_(cfg.piece_bytes, &ports),
       rebuilder_(std::move(paths.rebuilder))
 {
+    ring_store_.reserve(8); // kMinRing doubled to kMaxInflight: 5 blocks; push_back never throws
+    ring_store_.push_back(std::make_unique<RingSlot[]>(kMinRing));
+    for (size_t i = 0; i < kMinRing; ++i) ring_.push_back(&ring_store_[0][i]);
+    cts_.resize(kMinCts);
     const uint64_t now = now_ns();
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &sl = paths_[i];
@@ -41,7 +45,7 @@ SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
 SendComm::~SendComm()
 {
     // Messages still pending (a close with sends in flight) hold a reference to their region.
-    for (uint64_t s = acked_; s < next_seq_; ++s) MemRegion::unref(msgs_[s % kMaxInflight].mr);
+    for (uint64_t s = acked_; s < next_seq_; ++s) MemRegion::unref(at(s).msg.mr);
     for (int i = 0; i < kMaxPaths; ++i) set_state_locked(i, SlotState::kDead);
 }
 
@@ -79,6 +83,8 @@ SendComm::Stats SendComm::stats() noexcept
     Locked g(*this);
     Stats s = stats_;
     for (const PathSlot &sl : paths_) s.alive_paths += sl.alive() ? 1 : 0;
+    s.ring_slots = static_cast<uint32_t>(ring_.size());
+    s.cts_slots = static_cast<uint32_t>(cts_.size());
     return s;
 }
 
@@ -92,17 +98,17 @@ SendComm::Outstanding SendComm::outstanding_locked() const noexcept
 {
     Outstanding o;
     for (uint64_t s = acked_; s < next_seq_; ++s) {
-        if (held_[s % kMaxInflight]) continue;
+        if (at(s).held) continue;
         ++o.msgs;
-        o.bytes += reqs_[s % kMaxInflight].size;
+        o.bytes += at(s).req.size;
     }
     return o;
 }
 
 void SendComm::post_locked(int slot, uint64_t seq, size_t off, size_t len, uint64_t now) noexcept
 {
-    const size_t i = seq % kMaxInflight;
-    SendMsg &m = msgs_[i];
+    RingSlot &rs = at(seq);
+    SendMsg &m = rs.msg;
     m.posted_ns = now;
     PathSlot &sl = paths_[slot];
     SendMsg::Share &sh = m.shares[static_cast<size_t>(slot)];
@@ -115,7 +121,7 @@ void SendComm::post_locked(int slot, uint64_t seq, size_t off, size_t len, uint6
     }
     sh.bytes += len;
     striper_.on_post(slot, len, now);
-    sl.path->post(OutMessage{.seq = seq, .tag = m.tag, .data = m.data, .size = reqs_[i].size,
+    sl.path->post(OutMessage{.seq = seq, .tag = m.tag, .data = m.data, .size = rs.req.size,
                              .offset = off, .length = len, .mr = m.mr, .group = m.group,
                              .entry = m.entry, .dest = m.dest});
     if (slot != active_) ++stats_.pieces;
@@ -172,14 +178,13 @@ unsigned SendComm::distribute_locked() noexcept
     };
     if (shared) {
         for (uint64_t s = assign_seq_; s < next_seq_; ++s)
-            if (!held_[s % kMaxInflight])
-                remaining += reqs_[s % kMaxInflight].size - (s == assign_seq_ ? assign_off_ : 0);
+            if (!at(s).held) remaining += at(s).req.size - (s == assign_seq_ ? assign_off_ : 0);
         for (int i = 0; i < kMaxPaths; ++i) room[static_cast<size_t>(i)] = has_room(i);
     }
     unsigned posted = 0;
     while (assign_seq_ < next_seq_) {
-        const size_t size = reqs_[assign_seq_ % kMaxInflight].size;
-        if (held_[assign_seq_ % kMaxInflight]) {
+        const size_t size = at(assign_seq_).req.size;
+        if (at(assign_seq_).held) {
             ++assign_seq_; // seen held: complete, never sent again
             assign_off_ = 0;
             continue;
@@ -238,7 +243,7 @@ int SendComm::isend_locked(const void *data, size_t size, int tag, MemRegion *mr
     // is acted on, and wait accounting, meters and watchdogs run, in test() and the engine's
     // tick.
     if (cts_head_ == cts_next_) move_locked(now_ns());
-    if (!ring_free_locked()) return 0;
+    if (!ring_free_locked() && !(grow_ring_locked() && ring_free_locked())) return 0;
     int entry = -1;
     if (int rc = match_locked(tag, size, &entry); rc != 0 || entry < 0) return rc;
     Request &r = bind_locked(data, size, tag, mr, entry);
@@ -257,9 +262,48 @@ bool SendComm::ring_free_locked() const noexcept
     uint64_t floor = acked_;
     for (const PathSlot &sl : paths_)
         if (sl.alive()) floor = std::min(floor, sl.path->oldest_referenced());
-    if (next_seq_ - floor >= kMaxInflight) return false;
+    if (next_seq_ - floor >= ring_.size()) return false;
     // ... and NCCL has tested its request.
-    return reqs_[next_seq_ % kMaxInflight].state.load(std::memory_order_acquire) == Request::kFree;
+    return at(next_seq_).req.state.load(std::memory_order_acquire) == Request::kFree;
+}
+
+bool SendComm::grow_ring_locked() noexcept
+{
+    const size_t n = ring_.size(), mask = 2 * n - 1;
+    if (n >= static_cast<size_t>(kMaxInflight)) return false;
+    try {
+        auto fresh = std::make_unique<RingSlot[]>(n);
+        std::vector<RingSlot *> next(2 * n, nullptr), spare;
+        spare.reserve(2 * n);
+        // A bound slot holds the newest seq bound there, congruent to its place modulo n:
+        // theirs are distinct modulo 2n. Unbound slots and the fresh ones fill the rest.
+        for (RingSlot *rs : ring_) {
+            if (rs->req.comm != nullptr) next[rs->req.seq & mask] = rs;
+            else spare.push_back(rs);
+        }
+        for (size_t i = 0; i < n; ++i) spare.push_back(&fresh[i]);
+        size_t k = 0;
+        for (RingSlot *&rs : next)
+            if (rs == nullptr) rs = spare[k++];
+        ring_store_.push_back(std::move(fresh)); // reserved: never throws
+        ring_ = std::move(next);
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
+bool SendComm::grow_cts_locked() noexcept
+{
+    const size_t n = cts_.size(), mask = 2 * n - 1;
+    try {
+        std::vector<CtsGroup> next(2 * n);
+        for (uint64_t g = cts_head_; g < cts_next_; ++g) next[g & mask] = cts_at(g);
+        cts_ = std::move(next);
+        return true;
+    } catch (...) {
+        return false;
+    }
 }
 
 int SendComm::match_locked(int tag, size_t size, int *entry) noexcept
@@ -270,7 +314,7 @@ int SendComm::match_locked(int tag, size_t size, int *entry) noexcept
         cts_wanted_ = true;
         return 0; // the receiver has not posted a receive for it yet
     }
-    const CtsGroup &grp = cts_[cts_head_ % kMaxCtsGroups];
+    const CtsGroup &grp = cts_at(cts_head_);
     int e = -1;
     for (int k = 0; k < grp.n && e < 0; ++k)
         if (!head_bound_[static_cast<size_t>(k)] && grp.entries[static_cast<size_t>(k)].tag == tag) e = k;
@@ -295,11 +339,11 @@ int SendComm::match_locked(int tag, size_t size, int *entry) noexcept
 
 Request &SendComm::bind_locked(const void *data, size_t size, int tag, MemRegion *mr, int entry) noexcept
 {
-    const CtsGroup &grp = cts_[cts_head_ % kMaxCtsGroups];
+    const CtsGroup &grp = cts_at(cts_head_);
     head_bound_[static_cast<size_t>(entry)] = true;
     cts_wanted_ = false;
-    const size_t i = next_seq_ % kMaxInflight;
-    SendMsg &m = msgs_[i];
+    RingSlot &rs = at(next_seq_);
+    SendMsg &m = rs.msg;
     m.data = static_cast<const uint8_t *>(data);
     m.mr = mr;
     if (mr != nullptr) mr->ref();
@@ -309,7 +353,7 @@ Request &SendComm::bind_locked(const void *data, size_t size, int tag, MemRegion
     m.dest = grp.entries[static_cast<size_t>(entry)];
     m.landed = 0;
     m.landed_gen = 0;
-    Request &r = reqs_[i];
+    Request &r = rs.req;
     r.is_send = true;
     r.comm = this;
     r.seq = next_seq_;
@@ -317,7 +361,7 @@ Request &SendComm::bind_locked(const void *data, size_t size, int tag, MemRegion
     r.state.store(Request::kPending, std::memory_order_relaxed);
     if (--head_unbound_ == 0 && ++cts_head_ < cts_next_) {
         head_bound_ = {};
-        head_unbound_ = cts_[cts_head_ % kMaxCtsGroups].n;
+        head_unbound_ = cts_at(cts_head_).n;
     }
     return r;
 }
@@ -346,9 +390,9 @@ void SendComm::on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen, uin
 {
     // An older generation's pieces do not count: the switch replays the message whole.
     if (gen != gen_ || seq < acked_ || seq < ack_seen_ || seq >= next_seq_ ||
-        held_[seq % kMaxInflight])
+        at(seq).held)
         return;
-    SendMsg &m = msgs_[seq % kMaxInflight];
+    SendMsg &m = at(seq).msg;
     // The slot's share ends in its meter once its pieces landed (a later piece of the message
     // on it opens a new operation); first, as landing may complete the message.
     share_landed_locked(m, slot, len, now_ns(), late_ns);
@@ -357,7 +401,7 @@ void SendComm::on_landed(int slot, uint64_t seq, uint64_t len, uint32_t gen, uin
         m.landed = 0;
     }
     m.landed += len;
-    if (m.landed >= reqs_[seq % kMaxInflight].size) on_held(seq);
+    if (m.landed >= at(seq).req.size) on_held(seq);
 }
 
 void SendComm::on_acked(uint64_t seq) noexcept
@@ -374,20 +418,20 @@ void SendComm::on_held(uint64_t seq) noexcept
         cts_error_ = -EPROTO;
         return;
     }
-    if (seq < acked_ || seq < ack_seen_ || held_[seq % kMaxInflight]) return;
-    held_[seq % kMaxInflight] = true;
+    if (seq < acked_ || seq < ack_seen_ || at(seq).held) return;
+    at(seq).held = true;
     complete_one_locked(seq, now_ns());
 }
 
 void SendComm::complete_one_locked(uint64_t seq, uint64_t now) noexcept
 {
-    const size_t i = seq % kMaxInflight;
-    SendMsg &m = msgs_[i];
+    RingSlot &rs = at(seq);
+    SendMsg &m = rs.msg;
     for (int k = 0; k < kMaxPaths; ++k) // every path still carrying pieces of it: they landed
         share_landed_locked(m, k, ~0ull, now);
-    MemRegion::unref(msgs_[i].mr);
-    msgs_[i].mr = nullptr;
-    reqs_[i].state.store(Request::kDone, std::memory_order_release);
+    MemRegion::unref(m.mr);
+    m.mr = nullptr;
+    rs.req.state.store(Request::kDone, std::memory_order_release);
 }
 
 int SendComm::on_cts(int slot, const CtsGroup &g) noexcept
@@ -403,7 +447,7 @@ int SendComm::on_cts(int slot, const CtsGroup &g) noexcept
         // Every path carries every group: a repeat of one another path delivered.
         ++stats_.cts_duplicates;
         if (g.index >= cts_head_) {
-            const CtsGroup &known = cts_[g.index % kMaxCtsGroups];
+            const CtsGroup &known = cts_at(g.index);
             if (known.first_seq != g.first_seq || known.n != g.n)
                 return bad("differs from the same group received on another path");
         }
@@ -413,10 +457,16 @@ int SendComm::on_cts(int slot, const CtsGroup &g) noexcept
     if (g.first_seq != cts_next_first_seq_) return bad("starts at an unexpected sequence number");
     if (cts_next_ - cts_head_ >= static_cast<uint64_t>(kMaxCtsGroups))
         return bad("exceeds the groups the receiver can have outstanding");
+    if (cts_next_ - cts_head_ >= cts_.size() && !grow_cts_locked()) {
+        VLOG_WARN("host %s: %s: out of memory for CTS group %llu", host_name(),
+                  paths_[slot].desc.c_str(), static_cast<unsigned long long>(g.index));
+        cts_error_ = -ENOMEM;
+        return -ENOMEM;
+    }
     for (int k = 0; k < g.n; ++k)
         if (g.entries[static_cast<size_t>(k)].size > kMaxMessageBytes)
             return bad("has a buffer beyond the message size limit");
-    cts_[g.index % kMaxCtsGroups] = g;
+    cts_at(g.index) = g;
     if (cts_head_ == cts_next_) {
         head_bound_ = {};
         head_unbound_ = g.n;
@@ -436,10 +486,10 @@ void SendComm::complete_acked_locked(uint64_t now) noexcept
     }
     // Messages held individually ahead of the ack extend it when they are contiguous.
     uint64_t to = std::max(ack_seen_, acked_);
-    while (to < next_seq_ && held_[to % kMaxInflight]) ++to;
+    while (to < next_seq_ && at(to).held) ++to;
     if (to <= acked_) return;
     for (uint64_t s = acked_; s < to; ++s) {
-        bool &h = held_[s % kMaxInflight];
+        bool &h = at(s).held;
         if (!h) complete_one_locked(s, now);
         h = false;
     }
@@ -460,7 +510,7 @@ SendComm::Outstanding SendComm::abandon_locked(int slot, uint64_t now) noexcept
     Outstanding o;
     uint64_t unlanded = 0;
     for (uint64_t s = acked_; s < next_seq_; ++s) {
-        SendMsg::Share &sh = msgs_[s % kMaxInflight].shares[static_cast<size_t>(slot)];
+        SendMsg::Share &sh = at(s).msg.shares[static_cast<size_t>(slot)];
         if (!sh.open) continue;
         ++o.msgs;
         o.bytes += sh.bytes;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm.h"
 #include "nccl_abi/nccl_common.h"
@@ -134,6 +135,8 @@ public:
         uint64_t cts_duplicates = 0; ///< groups received again on another path
         uint64_t null_for_cts = 0;   ///< isend answered NULL for want of a CTS entry
         int alive_paths = 0;         ///< slots Active or Standby now
+        uint32_t ring_slots = 0;     ///< messages the ring holds now (grows to kMaxInflight)
+        uint32_t cts_slots = 0;      ///< CTS groups the ring holds now (grows to kMaxCtsGroups)
     };
     Stats stats() noexcept;
 
@@ -207,6 +210,14 @@ private:
     int match_locked(int tag, size_t size, int *entry) noexcept;
     /// Binds the next sequence number to `entry` of the oldest group; its request, pending.
     Request &bind_locked(const void *data, size_t size, int tag, MemRegion *mr, int entry) noexcept;
+    /// Doubles the message ring (at most to kMaxInflight): each bound slot moves to its seq's
+    /// place in the larger ring (they hold distinct seqs modulo the old size, so modulo the
+    /// new one too), its Request where NCCL holds it. False at kMaxInflight or out of memory
+    /// (isend then answers NULL, as for a full ring).
+    bool grow_ring_locked() noexcept;
+    /// Doubles the CTS group ring (at most to kMaxCtsGroups), groups [cts_head_, cts_next_)
+    /// moving to their index's place. False out of memory.
+    bool grow_cts_locked() noexcept;
     void on_acked(uint64_t seq) noexcept;
     void on_held(uint64_t seq) noexcept;
     /// `len` bytes of `seq` that slot `slot` carried landed in generation `gen`, `late_ns`
@@ -330,19 +341,33 @@ private:
     uint64_t orphan_id_ = 0; // ... and its id: the notice on a rebuilt path names it
     bool peer_closed_ = false;
 
-    // Messages: ring slot seq % kMaxInflight.
-    std::array<Request, kMaxInflight> reqs_;
-    std::array<SendMsg, kMaxInflight> msgs_;
+    // Messages: ring_[seq & (ring_.size() - 1)]. The ring starts at kMinRing slots and
+    // doubles while more messages are in flight (or NCCL has yet to test the request of the
+    // slot the next one needs), up to kMaxInflight: a connection holds what it used, 3 KiB
+    // at kMinRing, 52 KiB at kMaxInflight. Slots live in ring_store_ and never move (their
+    // Request is NCCL's); growing only reorders ring_.
+    struct RingSlot {
+        Request req; // comm != nullptr once bound
+        SendMsg msg;
+        bool held = false; // completed ahead of acked_ (SendSink::held)
+    };
+    static constexpr size_t kMinRing = 16;
+    RingSlot &at(uint64_t seq) noexcept { return *ring_[seq & (ring_.size() - 1)]; }
+    const RingSlot &at(uint64_t seq) const noexcept { return *ring_[seq & (ring_.size() - 1)]; }
+    std::vector<RingSlot *> ring_;
+    std::vector<std::unique_ptr<RingSlot[]>> ring_store_;
     uint64_t next_seq_ = 0;
     uint64_t assign_seq_ = 0; // the next bytes to post in this generation: this message ...
     size_t assign_off_ = 0;   // ... from here on
     uint64_t acked_ = 0;     // every seq below is held by the receiver
     uint64_t ack_seen_ = 0;  // highest ack reported by any path (applied by complete_acked)
-    std::array<bool, kMaxInflight> held_{}; // completed ahead of acked_ (SendSink::held)
 
-    // CTS groups: ring slot index % kMaxCtsGroups, [cts_head_, cts_next_) known and not yet
-    // fully bound; entries of the head group are bound in head_bound_.
-    std::array<CtsGroup, kMaxCtsGroups> cts_;
+    // CTS groups: cts_[index & (cts_.size() - 1)], [cts_head_, cts_next_) known and not yet
+    // fully bound; entries of the head group are bound in head_bound_. Starts at kMinCts
+    // groups and doubles while the receiver has more outstanding, up to kMaxCtsGroups.
+    static constexpr size_t kMinCts = 8;
+    CtsGroup &cts_at(uint64_t index) noexcept { return cts_[index & (cts_.size() - 1)]; }
+    std::vector<CtsGroup> cts_;
     uint64_t cts_head_ = 0;
     uint64_t cts_next_ = 0;
     uint64_t cts_next_first_seq_ = 0; // first_seq the group cts_next_ must carry

@@ -23,7 +23,7 @@ constexpr size_t kGatherBytes = 256 * 1024; // stop gathering small frames beyon
 } // namespace
 
 TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, PathIdentity id, size_t chunk_bytes)
-    : id_(std::move(id)), chunk_(chunk_bytes), last_pass_ns_(now_ns())
+    : fifo_(kMinFifo), id_(std::move(id)), chunk_(chunk_bytes), last_pass_ns_(now_ns())
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -95,7 +95,7 @@ uint64_t TcpSendPath::oldest_referenced() const
     for (const Stream &s : streams_) {
         if (s.tail.active) oldest = std::min(oldest, s.tail.seq);
         Cursor c = s.cur;
-        if (seek(s.index, &c)) oldest = std::min(oldest, fifo_[c.idx % kFifo].m.seq);
+        if (seek(s.index, &c)) oldest = std::min(oldest, at(c.idx).m.seq);
     }
     return oldest;
 }
@@ -110,7 +110,7 @@ bool TcpSendPath::can_post(uint64_t limit) const
     if (end_idx_ - lowest >= kFifo) return false;
     // Few pieces: the core posts only while this stays small.
     uint64_t queued = 0;
-    for (uint64_t i = lowest; i < end_idx_; ++i) queued += fifo_[i % kFifo].m.length;
+    for (uint64_t i = lowest; i < end_idx_; ++i) queued += at(i).m.length;
     if (queued >= limit) return false;
     if (!unsent_fresh_) { // what the sockets hold unsent: one system call a stream, once a pass
         unsent_ = 0;
@@ -127,7 +127,7 @@ void TcpSendPath::skip_to(uint64_t seq)
 {
     for (Stream &s : streams_) {
         if (s.cur.written != 0) continue;
-        while (s.cur.idx < end_idx_ && fifo_[s.cur.idx % kFifo].m.seq < seq) {
+        while (s.cur.idx < end_idx_ && at(s.cur.idx).m.seq < seq) {
             ++s.cur.idx;
             s.cur.chunk_set = false;
         }
@@ -154,9 +154,27 @@ void TcpSendPath::sabotage()
     for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
 }
 
+void TcpSendPath::grow()
+{
+    // Each stream's cursor moves past what it sent (as its next pump would), so none refers
+    // to a piece below `lowest`, which stays behind.
+    uint64_t lowest = end_idx_;
+    for (Stream &s : streams_) {
+        seek(s.index, &s.cur);
+        lowest = std::min(lowest, s.cur.idx);
+    }
+    if (end_idx_ - lowest < fifo_.size()) return;
+    std::vector<Msg> next(2 * fifo_.size());
+    for (uint64_t i = lowest; i < end_idx_; ++i) next[i & (next.size() - 1)] = at(i);
+    fifo_ = std::move(next);
+}
+
 void TcpSendPath::post(const OutMessage &m)
 {
-    Msg &d = fifo_[end_idx_ % kFifo];
+    uint64_t lowest = end_idx_;
+    for (const Stream &s : streams_) lowest = std::min(lowest, s.cur.idx);
+    if (end_idx_ - lowest >= fifo_.size()) grow();
+    Msg &d = at(end_idx_);
     d.m = m;
     d.nchunks = m.length == 0 ? 1 : (m.length + chunk_ - 1) / chunk_;
     d.first_stream = next_first_;
@@ -169,7 +187,7 @@ bool TcpSendPath::seek(uint32_t stream, Cursor *c) const
 {
     const uint64_t n = streams_.size();
     while (c->idx < end_idx_) {
-        const Msg &d = fifo_[c->idx % kFifo];
+        const Msg &d = at(c->idx);
         if (!c->chunk_set) {
             c->chunk = (stream + n - d.first_stream) % n;
             c->chunk_set = true;
@@ -184,7 +202,7 @@ bool TcpSendPath::seek(uint32_t stream, Cursor *c) const
 
 void TcpSendPath::frame(const Cursor &c, FrameHeader *h, const uint8_t **payload) const
 {
-    const Msg &d = fifo_[c.idx % kFifo];
+    const Msg &d = at(c.idx);
     const uint64_t at = c.chunk * chunk_; // within the piece
     h->kind = FrameHeader::kData;
     h->entry = static_cast<uint8_t>(d.m.entry);

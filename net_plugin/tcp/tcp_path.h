@@ -29,7 +29,8 @@
 namespace vigil::net::tcp {
 
 /// Sending half. Not thread-safe: used under the owning SendComm's lock.
-/// Memory: one FIFO of kFifo posted pieces; no allocation after construction.
+/// Memory: a FIFO of posted pieces, 16 at first (2 KiB), doubling in post() while more are
+/// queued (to kFifo, 60 KiB, under the deepest multipath queues).
 /// Stripes (SendPath::stripes): takes pieces of messages, and begin() while frames of the old
 /// generation are still being written (each stream finishes the frame it is in the middle of,
 /// so the stream stays a sequence of whole frames, and drops the rest of the old generation).
@@ -113,7 +114,13 @@ private:
     ssize_t recv_back(uint8_t *to, size_t n);
 
     std::vector<Stream> streams_;
-    std::array<Msg, kFifo> fifo_;
+    static constexpr size_t kMinFifo = 16;
+    /// Posted piece `idx` (fifo_ is a power of two in size).
+    Msg &at(uint64_t idx) { return fifo_[idx & (fifo_.size() - 1)]; }
+    const Msg &at(uint64_t idx) const { return fifo_[idx & (fifo_.size() - 1)]; }
+    /// Doubles the FIFO, the pieces some stream has still to send moving to their place.
+    void grow();
+    std::vector<Msg> fifo_;
     uint64_t end_idx_ = 0; // FIFO index of the next post
     uint32_t next_first_ = 0;
     PathIdentity id_;

@@ -17,6 +17,7 @@
 
 #include "comm_link.h"
 #include "fake_fabric.h"
+#include "socket_conn.h"
 #include "traffic.h"
 
 using namespace vigil::test::comm; // vn, Link and the helpers
@@ -172,9 +173,12 @@ TEST_CASE("requests are recycled after test() reported them done", "[comm]")
         REQUIRE(ss == 4);
         REQUIRE(in == out);
         sreqs.push_back(s);
-        if (i >= static_cast<uint32_t>(vn::kMaxInflight))
-            REQUIRE(sreqs[i] == sreqs[i - static_cast<uint32_t>(vn::kMaxInflight)]);
+        // One message in flight at a time: the ring keeps its first size, its slots in turn.
+        const uint32_t ring = L.send.stats().ring_slots;
+        REQUIRE(ring == 16);
+        if (i >= ring) REQUIRE(sreqs[i] == sreqs[i - ring]);
     }
+    CHECK(L.send.stats().cts_slots == 8);
     CHECK(L.w.acks.size() == 600);
     CHECK(L.w.ack_regressions == 0);
 }
@@ -224,6 +228,138 @@ TEST_CASE("a message slot is reused only once its send was acked and tested", "[
     CHECK(done(L.send, reqs[1]));
     CHECK(must_isend(L.send, &byte, 1, 0) == reqs[1]);
     for (size_t i = 0; i < L.w.posted.size(); ++i) REQUIRE(L.w.posted[i].first == i);
+}
+
+TEST_CASE("the message ring grows with the sends in flight; NCCL's requests stay where they are",
+          "[comm]")
+{
+    Link L;
+    // 20 messages one at a time first, so the ring has wrapped when it grows: each slot then
+    // moves to a new place.
+    constexpr uint64_t kWarm = 20;
+    for (uint64_t i = 0; i < kWarm; ++i) {
+        uint8_t x = 1, y = 0;
+        Request *r = must_irecv(L.recv, {&y}, {1}, {3});
+        Request *s = must_isend(L.send, &x, 1, 3);
+        REQUIRE(done(L.recv, r));
+        REQUIRE(done(L.send, s));
+    }
+    CHECK(L.send.stats().ring_slots == 16);
+    L.w.hold_acks = true;
+    constexpr int kSends = 40; // the ring doubles from 16 to 32 to 64 on the way
+    std::vector<std::vector<uint8_t>> out(kSends), in(kSends);
+    std::vector<Request *> recvs, sends;
+    for (int i = 0; i < kSends; ++i) {
+        out[static_cast<size_t>(i)].assign(static_cast<size_t>(i + 1), static_cast<uint8_t>(i * 7 + 1));
+        in[static_cast<size_t>(i)].assign(64, 0);
+    }
+    // 10 receives of 4 buffers each: the CTS ring doubles from 8 to 16 groups.
+    for (int k = 0; k < kSends / 4; ++k) {
+        std::vector<void *> d;
+        for (int i = 0; i < 4; ++i) d.push_back(in[static_cast<size_t>(k * 4 + i)].data());
+        recvs.push_back(must_irecv(L.recv, d, std::vector<size_t>(4, 64), std::vector<int>(4, 3)));
+    }
+    for (int i = 0; i < kSends; ++i) {
+        sends.push_back(must_isend(L.send, out[static_cast<size_t>(i)].data(), out[static_cast<size_t>(i)].size(), 3));
+        REQUIRE(sends.back()->seq == kWarm + static_cast<uint64_t>(i));
+    }
+    CHECK(L.send.stats().ring_slots == 64);
+    CHECK(L.send.stats().cts_slots == 16);
+    std::vector<Request *> distinct = sends;
+    std::sort(distinct.begin(), distinct.end());
+    CHECK(std::unique(distinct.begin(), distinct.end()) == distinct.end());
+    for (Request *s : sends) CHECK(s->state.load() == Request::kPending);
+
+    for (int k = 0; k < kSends / 4; ++k) {
+        std::array<int, vn::kMaxRecvs> sizes{};
+        REQUIRE(done(L.recv, recvs[static_cast<size_t>(k)], sizes.data()));
+        for (int i = 0; i < 4; ++i) CHECK(sizes[static_cast<size_t>(i)] == k * 4 + i + 1);
+    }
+    L.w.release_acks();
+    for (int i = 0; i < kSends; ++i) { // each request still says its own message's size
+        int size = -1;
+        REQUIRE(done(L.send, sends[static_cast<size_t>(i)], &size));
+        CHECK(size == i + 1);
+    }
+    for (int i = 0; i < kSends; ++i)
+        CHECK(std::equal(out[static_cast<size_t>(i)].begin(), out[static_cast<size_t>(i)].end(),
+                         in[static_cast<size_t>(i)].begin()));
+    // The grown ring serves the next messages from the slots that follow.
+    int size = -1;
+    uint8_t b = 9, got = 0;
+    Request *r = must_irecv(L.recv, {&got}, {1}, {3});
+    Request *s = must_isend(L.send, &b, 1, 3);
+    CHECK(s->seq == kWarm + kSends);
+    REQUIRE(done(L.recv, r));
+    REQUIRE(done(L.send, s, &size));
+    CHECK(got == 9);
+    CHECK(L.send.stats().ring_slots == 64);
+}
+
+TEST_CASE("a TCP path's FIFO grows while its sockets are full; every message lands intact",
+          "[comm][tcp]")
+{
+    // 96 messages posted at once over 2 streams of 4 KiB socket buffers: the path's FIFO
+    // (16 pieces at first) holds them all while the receiver reads nothing. A FIFO that did
+    // not grow, or lost its queued pieces growing, would send the wrong bytes.
+    namespace sock = vigil::test::sock;
+    sock::Options o;
+    o.sndbuf = 4096;
+    o.chunk = 4096;
+    o.backup = GENERATE(false, true);
+    vn::FailoverConfig cfg;
+    cfg.multipath = o.backup; // with a backup: pieces over both paths
+    cfg.piece_bytes = 8192;
+    INFO((o.backup ? "multipath over 2 paths" : "one path"));
+    sock::Conn c(cfg, o);
+    constexpr int kGroups = 12, kMsgs = kGroups * vn::kMaxRecvs, kBytes = 16 * 1024;
+    std::vector<std::vector<uint8_t>> out(kMsgs), in(kMsgs);
+    std::vector<Request *> recvs, sends;
+    for (int i = 0; i < kMsgs; ++i) {
+        out[static_cast<size_t>(i)].resize(kBytes);
+        for (int k = 0; k < kBytes; ++k) out[static_cast<size_t>(i)][static_cast<size_t>(k)] = static_cast<uint8_t>(i * 31 + k);
+        in[static_cast<size_t>(i)].assign(kBytes, 0);
+    }
+    for (int g = 0; g < kGroups; ++g) {
+        std::array<void *, vn::kMaxRecvs> d{};
+        std::array<size_t, vn::kMaxRecvs> sz{};
+        std::array<int, vn::kMaxRecvs> tags{};
+        for (int i = 0; i < vn::kMaxRecvs; ++i) {
+            d[static_cast<size_t>(i)] = in[static_cast<size_t>(g * vn::kMaxRecvs + i)].data();
+            sz[static_cast<size_t>(i)] = kBytes;
+        }
+        Request *r = nullptr;
+        REQUIRE(c.recv->irecv(vn::kMaxRecvs, d.data(), sz.data(), tags.data(), nullptr, &r) == 0);
+        REQUIRE(r != nullptr);
+        recvs.push_back(r);
+    }
+    for (int i = 0; i < kMsgs; ++i) {
+        Request *s = nullptr;
+        for (int tries = 0; s == nullptr && tries < 1000; ++tries) {
+            REQUIRE(c.send->isend(out[static_cast<size_t>(i)].data(), kBytes, 0, nullptr, &s) == 0);
+            int done = 0; // the receiver's first pass writes its CTS groups
+            if (s == nullptr) REQUIRE(c.recv->test(recvs.back(), &done, nullptr) == 0);
+        }
+        INFO("send " << i);
+        REQUIRE(s != nullptr);
+        sends.push_back(s);
+    }
+    size_t left = recvs.size() + sends.size();
+    for (int spins = 0; left > 0 && spins < 200000; ++spins) {
+        for (auto *v : {&recvs, &sends})
+            for (Request *&r : *v) {
+                if (r == nullptr) continue;
+                int done = 0;
+                const int rc = r->is_send ? c.send->test(r, &done, nullptr) : c.recv->test(r, &done, nullptr);
+                if (rc != 0) FAIL("test() returned " << rc);
+                if (done) {
+                    r = nullptr;
+                    --left;
+                }
+            }
+    }
+    REQUIRE(left == 0);
+    for (int i = 0; i < kMsgs; ++i) REQUIRE(in[static_cast<size_t>(i)] == out[static_cast<size_t>(i)]);
 }
 
 TEST_CASE("irecv beyond kMaxRequests outstanding is refused", "[comm]")
@@ -407,7 +543,7 @@ TEST_CASE("memory regions stay referenced while requests use them", "[comm]")
     REQUIRE(r != nullptr);
     CHECK(mr->refs.load() == 2);
     vn::MemRegion::unref(mr); // deregMr with the receive in flight
-    CHECK(r->mr[0] == mr);    // still alive through the request's reference
+    CHECK(static_cast<vn::RecvRequest *>(r)->mr[0] == mr); // still alive through the request's reference
     must_isend(L.send, out, 16, 0);
     CHECK(done(L.recv, r));
     CHECK(in[2] == 3);
