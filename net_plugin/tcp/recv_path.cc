@@ -282,6 +282,15 @@ void TcpRecvPath::goodbye()
     flush_back(&ignored);
 }
 
+void TcpRecvPath::heartbeat()
+{
+    // Written now, not at the next progress(): a quiet comm's tick makes no I/O pass, and a
+    // claimed heartbeat left pending would leave the port pair silent at the sender.
+    heartbeat_pending_ = true;
+    PathStatus ignored; // errors show on the next progress()
+    flush_back(&ignored);
+}
+
 void TcpRecvPath::fence(RecvSink & /*sink*/)
 {
     for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);

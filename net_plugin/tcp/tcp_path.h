@@ -165,7 +165,7 @@ public:
     /// Flushes the back channel at once: the core acks after progress() returned.
     void ack(uint64_t ack_seq, uint32_t gen) override;
     void request_failover(uint32_t failed_slot) override;
-    void heartbeat() override { heartbeat_pending_ = true; }
+    void heartbeat() override;
     void goodbye() override;
     /// Shuts the streams: this side writes only from progress(), so nothing has landed
     /// unreported and nothing lands after.
