@@ -41,6 +41,7 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
         log::Deferral defer; // what the progress logs, after the unlock
         if (mu_.try_lock()) {
             progress_locked();
+            settle_timer_locked();
             mu_.unlock();
             if (!polled_.load(std::memory_order_relaxed)) polled_.store(true, std::memory_order_relaxed);
             take_kicks();
@@ -97,6 +98,7 @@ void Comm::close() noexcept
         std::lock_guard<std::mutex> g(mu_);
         if (!detached_) goodbye_locked();
         detached_ = true;
+        if (parked_) unpark_locked(); // no sweep calls it from here on
         for (size_t i = 0; i < nfds(); ++i) ProgressEngine::instance().remove(fd(i), this);
     }
     ProgressEngine::instance().quiesce();
@@ -116,6 +118,7 @@ void Comm::on_ready() noexcept
     std::lock_guard<std::mutex> g(mu_);
     if (detached_) return;
     engine_progress_locked();
+    settle_timer_locked();
 }
 
 void Comm::take_kicks() noexcept
@@ -131,7 +134,10 @@ void Comm::take_kicks() noexcept
     while (kick_.load(std::memory_order_relaxed)) {
         if (!mu_.try_lock()) return; // the holder takes it
         kick_.store(false, std::memory_order_relaxed);
-        if (!detached_) engine_progress_locked();
+        if (!detached_) {
+            engine_progress_locked();
+            settle_timer_locked();
+        }
         mu_.unlock();
         std::atomic_thread_fence(std::memory_order_seq_cst);
     }
@@ -151,6 +157,7 @@ void Comm::on_tick() noexcept
     const bool polled = polled_.exchange(false, std::memory_order_relaxed);
     Locked g(*this);
     if (detached_) return;
+    if (parked_) unpark_locked(); // woken: by the sweep, or a settle that raced this tick
     // With one engine thread, an application that polls moves the bytes itself and the engine
     // sleeps; with several, the engine threads move each connection's bytes on their own cores
     // whether or not the application polls (it still helps when it finds the comm unlocked).
@@ -164,11 +171,60 @@ void Comm::on_tick() noexcept
     probed_ = false;
     if (wake_ && quiet_locked()) quiet_tick_locked(now);
     else engine_progress_locked();
-    // A quiet comm's next timer work is a probe interval away if it probes a port pair, else
-    // its pairs' silence check (quiet_period()). A post makes it busy: it is then served by its
-    // fds and by the application's test() calls, its watchdogs by the next tick, at most one
-    // quiet period later.
-    if (quiet_locked()) next_timer_ns_.store(now + quiet_period_ns(probed_), std::memory_order_relaxed);
+    // A quiet comm's next timer work is a probe interval away if it probes a port pair; else
+    // it parks, and the sweep wakes it for its pairs' probes and silence (port_pairs.h). A
+    // post makes it busy: it then wakes itself (settle_timer_locked()). Where it cannot park,
+    // its pairs' silence check every quiet_period().
+    if (quiet_locked()) {
+        const bool park = !probed_ && wake_ && park_locked();
+        next_timer_ns_.store(park ? kParked : now + quiet_period_ns(probed_), std::memory_order_relaxed);
+    }
+}
+
+bool Comm::park_locked() noexcept
+{
+    if (!PortPairs::process().sweeping()) return false;
+    std::array<PairUse, kMaxPaths> uses;
+    const int n = pair_uses_locked(&uses);
+    if (n == 0) return false; // nothing to wake it for a verdict: keep the timer
+    for (int i = 0; i < n; ++i)
+        if (!uses[static_cast<size_t>(i)].pair || !uses[static_cast<size_t>(i)].pair->shared) return false;
+    const FailoverConfig &cfg = failover_config();
+    for (int i = 0; i < n; ++i) {
+        const PairUse &u = uses[static_cast<size_t>(i)];
+        u.pair->sleep(this, cfg.probe_interval_ns, cfg.stall_timeout_ns, u.on_silence, u.heard_ns);
+        parked_on_[static_cast<size_t>(i)] = u.pair;
+    }
+    parked_ = true;
+    return true;
+}
+
+void Comm::unpark_locked() noexcept
+{
+    for (std::shared_ptr<PortPairs::Pair> &p : parked_on_) {
+        if (p) p->unsleep(this);
+        p.reset();
+    }
+    parked_ = false;
+}
+
+void Comm::settle_timer_locked() noexcept
+{
+    if (!parked_ || quiet_locked()) return;
+    unpark_locked();
+    // As an unparked quiet comm's timer would: the application's test() calls and the fds
+    // serve a busy comm (test() runs the watchdogs), so its own timer is a backstop, and a
+    // comm busy for a moment (a message each round) parks again before it without a tick.
+    const uint64_t at = now_ns() + quiet_period_ns(false);
+    next_timer_ns_.store(at, std::memory_order_relaxed);
+    ProgressEngine::instance().wake(this, at);
+}
+
+void Comm::wake_from_pair() noexcept
+{
+    // The pair's lock is held: only the timer moves; on_tick() leaves the other pairs.
+    next_timer_ns_.store(0, std::memory_order_relaxed);
+    ProgressEngine::instance().wake(this, 0);
 }
 
 void Comm::fail_locked(int err, const std::string &what) noexcept

@@ -111,7 +111,7 @@ struct PathTelemetry {
 /// progress engine thread runs on_ready(); all state is under `mu_` except Request::state
 /// and `error_`. No foreign code runs under `mu_`: log lines wait in a log::Deferral until
 /// it is free, and profiler events are emitted after unlocking.
-class Comm : public ProgressClient
+class Comm : public ProgressClient, private PortPairs::Pair::Sleeper
 {
 public:
     virtual ~Comm() = default;
@@ -133,12 +133,15 @@ public:
     /// a kick that whoever holds the lock (this thread, or the application in test()) serves,
     /// so an engine thread never waits for the application.
     void on_ready() noexcept override;
-    /// Timer work at most every kTimerNs while the comm is busy, every quiet_period_ns() while
-    /// it is quiet (quiet_locked()): I/O progress is event-driven, so a tick only has to run
-    /// watchdogs, heartbeats, probes and rebuilds, and thousands of idle comms stay cheap.
+    /// Timer work at most every kTimerNs while the comm is busy; while it is quiet
+    /// (quiet_locked()), every probe interval if it sent a port pair's probe or heartbeat,
+    /// else none: it parks on its pairs (port_pairs.h, "Parked comms") until the sweep, an
+    /// fd event or the application's next call wakes it. I/O progress is event-driven, so a
+    /// tick only has to run watchdogs, heartbeats, probes and rebuilds, and thousands of idle
+    /// comms cost nothing each.
     void on_tick() noexcept override;
-    /// When on_tick() has work next: kTimerNs after the last tick while busy, a quiet period
-    /// after it while quiet (the engine calls no quiet comm before).
+    /// When on_tick() has work next: kTimerNs after the last tick while busy, a probe
+    /// interval after it for a quiet prober, kParked for a parked comm.
     uint64_t next_tick_ns() const noexcept override { return next_timer_ns_.load(std::memory_order_relaxed); }
     static constexpr uint64_t kTimerNs = 20'000'000; // 20 ms
 
@@ -167,6 +170,7 @@ protected:
         explicit Locked(Comm &c) : c_(c) { c_.mu_.lock(); }
         ~Locked()
         {
+            c_.settle_timer_locked();
             c_.mu_.unlock();
             c_.take_kicks();
         }
@@ -195,6 +199,16 @@ protected:
     /// A quiet comm's timer work at `now`: probes or heartbeats its port pairs are due, and
     /// silence checks. No I/O pass. Called with mu_ held.
     virtual void quiet_tick_locked(uint64_t now) noexcept = 0;
+    /// How a parked comm sleeps on one of its pairs (PortPairs::Pair::sleep).
+    struct PairUse {
+        std::shared_ptr<PortPairs::Pair> pair;
+        bool on_silence = false; ///< the path's silence needs a verdict while quiet
+        uint64_t heard_ns = 0;   ///< when the path last heard the peer
+    };
+    /// The pairs of the live paths, up to kMaxPaths (returns how many). Called with mu_ held.
+    virtual int pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept = 0;
+    /// Failover timing of the comm (probe interval, stall timeout). Called with mu_ held.
+    virtual const FailoverConfig &failover_config() const noexcept = 0;
     virtual size_t nfds() const noexcept = 0;
     virtual int fd(size_t i) const noexcept = 0;
     /// Records the first connection-wide error and logs it once.
@@ -225,9 +239,24 @@ protected:
         }
     }
 
+    /// Parks a quiet comm that sent no probe (on_tick()): registers it with every pair of its
+    /// live paths. False (not parked) when the sweep does not run or a path has a pair of its
+    /// own (the sweep would not see it). Called with mu_ held.
+    bool park_locked() noexcept;
+    /// Leaves every pair it sleeps on. Called with mu_ held.
+    void unpark_locked() noexcept;
+    /// A parked comm that is no longer quiet (a post, a path lost) gets its timer back: its
+    /// next tick a quiet period from now (test() runs its watchdogs meanwhile). After every
+    /// locked entry point. Called with mu_ held.
+    void settle_timer_locked() noexcept;
+    void wake_from_pair() noexcept override;
+
     std::mutex mu_;
     std::atomic<int> error_{0};
     std::atomic<uint64_t> next_timer_ns_{0};
+    /// Parked: no timer, asleep on parked_on_'s pairs. Under mu_.
+    bool parked_ = false;
+    std::array<std::shared_ptr<PortPairs::Pair>, kMaxPaths> parked_on_{};
     /// This tick sent a port pair's probe or heartbeat (quiet_period()). Under mu_.
     bool probed_ = false;
     /// test() progressed the comm itself since the engine's last timer tick: the application

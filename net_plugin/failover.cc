@@ -294,6 +294,15 @@ void SendComm::share_locked(uint64_t now) noexcept
 
 namespace vigil::net {
 
+int SendComm::pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept
+{
+    int n = 0;
+    for (const PathSlot &sl : paths_)
+        if (sl.alive())
+            (*out)[static_cast<size_t>(n++)] = PairUse{sl.pair, sl.state == SlotState::kStandby, sl.heard()};
+    return n;
+}
+
 bool SendComm::quiet_locked() const noexcept
 {
     if (acked_ != next_seq_ || cts_wanted_ || draining_ || active_ != kPrimary) return false;

@@ -209,6 +209,7 @@ int plugin_init(ncclDebugLogger_t logger, int api_version)
         telemetry::stop_writer();
         return e;
     }
+    PortPairs::process().start_sweeper(); // quiet comms park (port_pairs.h)
     if (int e = st.fabric->start_events(&st.comms); e != 0)
         VLOG_WARN("no port events (%s): port failures are found by the data path and the stall "
                   "watchdog only", strerror(-e));
@@ -228,6 +229,7 @@ void plugin_finalize()
     st.connects.clear();
     st.fabric->stop_events();
     telemetry::stop_writer();
+    PortPairs::process().stop_sweeper();
     ProgressEngine::instance().stop();
 }
 

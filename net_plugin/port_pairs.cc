@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "clock.h"
+
 namespace vigil::net {
 
 void PortPairs::Pair::heard(uint64_t now) noexcept
@@ -20,6 +22,99 @@ bool PortPairs::Pair::claim_probe(uint64_t now, uint64_t interval_ns) noexcept
     return probed_ns.compare_exchange_strong(prev, now, std::memory_order_relaxed);
 }
 
+void PortPairs::Pair::sleep(Sleeper *who, uint64_t interval_ns, uint64_t stall_ns,
+                            bool on_silence, uint64_t heard)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    auto [it, fresh] = sleeping_.try_emplace(who, Sleeping{interval_ns, stall_ns, heard, on_silence});
+    if (!fresh) {
+        it->second.on_silence = it->second.on_silence || on_silence;
+        it->second.heard_ns = std::max(it->second.heard_ns, heard);
+    }
+    min_interval_ns_ = std::min(min_interval_ns_, interval_ns);
+    min_stall_ns_ = std::min(min_stall_ns_, stall_ns);
+}
+
+void PortPairs::Pair::unsleep(Sleeper *who)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    sleeping_.erase(who);
+}
+
+size_t PortPairs::Pair::sleepers()
+{
+    std::lock_guard<std::mutex> g(mu_);
+    return sleeping_.size();
+}
+
+uint64_t PortPairs::Pair::sweep(uint64_t now)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (sleeping_.empty()) return ~0ull;
+    const uint64_t heard = last_heard();
+    const uint64_t probed = probed_ns.load(std::memory_order_relaxed);
+    // Probed and heard lately: nobody to wake, whatever their number.
+    if (since(now, probed) <= 2 * min_interval_ns_ && since(now, heard) <= min_stall_ns_)
+        return min_interval_ns_;
+    bool prober_woken = false;
+    min_interval_ns_ = min_stall_ns_ = ~0ull;
+    for (auto it = sleeping_.begin(); it != sleeping_.end();) {
+        const Sleeping &s = it->second;
+        const bool silent = s.on_silence && since(now, std::max(heard, s.heard_ns)) > s.stall_ns;
+        // Nobody claimed the pair's probe for two intervals: one sleeper takes it over.
+        const bool unprobed = !prober_woken && since(now, probed) > 2 * s.interval_ns;
+        if (!silent && !unprobed) {
+            min_interval_ns_ = std::min(min_interval_ns_, s.interval_ns);
+            min_stall_ns_ = std::min(min_stall_ns_, s.stall_ns);
+            ++it;
+            continue;
+        }
+        prober_woken = prober_woken || unprobed;
+        it->first->wake_from_pair();
+        it = sleeping_.erase(it);
+    }
+    return min_interval_ns_;
+}
+
+uint64_t PortPairs::sweep(uint64_t now)
+{
+    std::vector<std::shared_ptr<Pair>> live;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        live.reserve(pairs_.size());
+        for (const auto &kv : pairs_)
+            if (std::shared_ptr<Pair> p = kv.second.lock()) live.push_back(std::move(p));
+    }
+    uint64_t interval = ~0ull;
+    for (const std::shared_ptr<Pair> &p : live) interval = std::min(interval, p->sweep(now));
+    constexpr uint64_t kMinNs = 10'000'000, kMaxNs = 50'000'000;
+    return now + std::clamp(interval / 2, kMinNs, kMaxNs);
+}
+
+void PortPairs::Sweeper::on_tick() noexcept
+{
+    next_ = pairs_.sweep(now_ns());
+}
+
+void PortPairs::start_sweeper()
+{
+    if (sweeping_.load(std::memory_order_acquire)) return;
+    ProgressEngine &engine = ProgressEngine::instance();
+    engine.bind(&sweeper_, -1);
+    engine.add_ticker(&sweeper_);
+    sweeping_.store(true, std::memory_order_release);
+}
+
+void PortPairs::stop_sweeper()
+{
+    if (!sweeping_.load(std::memory_order_acquire)) return;
+    sweeping_.store(false, std::memory_order_release);
+    ProgressEngine &engine = ProgressEngine::instance();
+    engine.remove_ticker(&sweeper_);
+    engine.quiesce();
+    engine.unbind(&sweeper_);
+}
+
 PortPairs &PortPairs::process() noexcept
 {
     static PortPairs pairs;
@@ -34,6 +129,7 @@ std::shared_ptr<PortPairs::Pair> PortPairs::get(int dev, const std::string &peer
     std::shared_ptr<Pair> p = slot.lock();
     if (!p) {
         p = std::make_shared<Pair>();
+        p->shared = true;
         slot = p;
     }
     if (pairs_.size() >= sweep_at_) {

@@ -232,8 +232,11 @@ void ProgressEngine::add_ticker(ProgressClient *client)
     Shard *s = shard_of(client);
     if (s == nullptr) return;
     std::lock_guard<std::mutex> g(s->tick_mu);
-    s->timers.push_back({0, client}); // due at the next tick
+    client->ticking_ = true;
+    client->due_ = 0; // due at the next tick
+    s->timers.push_back({0, client});
     std::push_heap(s->timers.begin(), s->timers.end(), std::greater<>{});
+    s->nudge(0);
 }
 
 void ProgressEngine::remove_ticker(ProgressClient *client)
@@ -241,16 +244,36 @@ void ProgressEngine::remove_ticker(ProgressClient *client)
     Shard *s = shard_of(client);
     if (s == nullptr) return;
     std::lock_guard<std::mutex> g(s->tick_mu);
-    // O(clients of the thread), once per comm's life: the heap's ticks need no lookup.
-    const auto it = std::find_if(s->timers.begin(), s->timers.end(),
-                                 [client](const Shard::Timer &t) { return t.client == client; });
-    if (it == s->timers.end()) {
-        s->removed.push_back(client); // the loop has it out (or it was never added)
-        return;
-    }
-    *it = s->timers.back();
-    s->timers.pop_back();
+    // O(clients of the thread), once per comm's life: the heap's ticks need no lookup. A
+    // client the loop has out is not put back (ticking_ is false).
+    client->ticking_ = false;
+    client->due_ = ProgressClient::kParked;
+    std::erase_if(s->timers, [client](const Shard::Timer &t) { return t.client == client; });
     std::make_heap(s->timers.begin(), s->timers.end(), std::greater<>{});
+}
+
+void ProgressEngine::wake(ProgressClient *client, uint64_t at_ns)
+{
+    Shard *s = shard_of(client);
+    if (s == nullptr) return;
+    std::lock_guard<std::mutex> g(s->tick_mu);
+    // Parked (kParked) or out to call (kCalling) compare above any time: both take the new
+    // entry, and the loop does not put a client it had out back after the call.
+    if (!client->ticking_ || client->due_ <= at_ns) return;
+    client->due_ = at_ns;
+    s->timers.push_back({at_ns, client});
+    std::push_heap(s->timers.begin(), s->timers.end(), std::greater<>{});
+    s->nudge(at_ns);
+}
+
+void ProgressEngine::Shard::nudge(uint64_t at_ns)
+{
+    // The loop sleeps until its earliest timer: wake it when this one comes sooner (by more
+    // than a tick: a little late is fine, a wake-up per call is not).
+    if (at_ns + kTickNs >= sleep_until.load(std::memory_order_acquire)) return;
+    sleep_until.store(at_ns, std::memory_order_release);
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t w = write(wakefd, &one, sizeof(one));
 }
 
 void ProgressEngine::quiesce()
@@ -280,7 +303,18 @@ void ProgressEngine::loop(Shard &s)
     std::vector<Shard::Timer> due;
     uint64_t next_tick = now_ns() + kTickNs;
     while (s.running.load(std::memory_order_acquire)) {
-        int n = epoll_wait(s.epfd, events, kMaxEvents, static_cast<int>(kTickNs / 1000000));
+        // Sleep until the earliest timer (a tick at the least, kIdleNs at the most): a thread
+        // whose clients are parked or quiet wakes only for their few timers and their fds.
+        int timeout_ms;
+        {
+            std::lock_guard<std::mutex> g(s.tick_mu);
+            const uint64_t now = now_ns();
+            uint64_t until = now + kIdleNs;
+            if (!s.timers.empty()) until = std::min(until, std::max(s.timers.front().due, next_tick));
+            s.sleep_until.store(until, std::memory_order_release);
+            timeout_ms = static_cast<int>((until > now ? until - now + 999'999 : 0) / 1'000'000);
+        }
+        int n = epoll_wait(s.epfd, events, kMaxEvents, timeout_ms);
         if (n < 0) {
             if (errno == EINTR) continue;
             VLOG_WARN("progress: epoll_wait failed: %s", strerror(errno));
@@ -300,6 +334,7 @@ void ProgressEngine::loop(Shard &s)
             last = c;
             c->on_ready();
         }
+        s.sleep_until.store(0, std::memory_order_release); // awake: nobody needs to nudge
         if (const uint64_t now = now_ns(); now >= next_tick) {
             next_tick = now + kTickNs;
             due.clear();
@@ -307,21 +342,27 @@ void ProgressEngine::loop(Shard &s)
                 std::lock_guard<std::mutex> g(s.tick_mu);
                 while (!s.timers.empty() && s.timers.front().due <= now) {
                     std::pop_heap(s.timers.begin(), s.timers.end(), std::greater<>{});
-                    due.push_back(s.timers.back());
+                    const Shard::Timer t = s.timers.back();
                     s.timers.pop_back();
+                    if (!t.client->ticking_ || t.client->due_ != t.due) continue; // stale
+                    t.client->due_ = kCalling;
+                    due.push_back(t);
                 }
-                s.removed.clear(); // nothing is out now; removals during the calls below land here
             }
             // Safe without the lock: remove_ticker() is followed by quiesce(), which waits
             // for this iteration to end.
             for (Shard::Timer &t : due) {
                 t.client->on_tick();
-                t.due = std::max(t.client->next_tick_ns(), now + kTickNs);
+                const uint64_t next = t.client->next_tick_ns();
+                t.due = next == ProgressClient::kParked ? next : std::max(next, now + kTickNs);
             }
             std::lock_guard<std::mutex> g(s.tick_mu);
             for (const Shard::Timer &t : due) {
-                if (std::find(s.removed.begin(), s.removed.end(), t.client) != s.removed.end())
-                    continue; // removed meanwhile (and maybe added again: then in the heap already)
+                // Removed meanwhile (and maybe added again: then in the heap already), or woken
+                // during the call: its entry stands.
+                if (!t.client->ticking_ || t.client->due_ != kCalling) continue;
+                t.client->due_ = t.due;
+                if (t.due == ProgressClient::kParked) continue; // until wake()
                 s.timers.push_back(t);
                 std::push_heap(s.timers.begin(), s.timers.end(), std::greater<>{});
             }

@@ -28,9 +28,11 @@ public:
     virtual void on_tick() noexcept { on_ready(); }
     /// When the client wants its next on_tick() (CLOCK_MONOTONIC ns); asked by the engine
     /// right after each on_tick(). 0 (the default), or a time less than a kTickNs away: one
-    /// engine tick from now. A client with nothing to time returns a time far ahead and costs
-    /// nothing until then. Called on the engine thread only.
+    /// engine tick from now. kParked: none until ProgressEngine::wake(); a parked client is
+    /// in no heap and costs nothing. Called on the engine thread only.
     virtual uint64_t next_tick_ns() const noexcept { return 0; }
+    /// next_tick_ns() of a client with no timer work until something wakes it.
+    static constexpr uint64_t kParked = ~0ull;
 
 protected:
     ~ProgressClient() = default;
@@ -38,6 +40,11 @@ protected:
 private:
     friend class ProgressEngine;
     int thread_ = 0; // the engine thread serving this client (ProgressEngine::bind); 0 until bound
+    // Its timer, under its shard's tick_mu: registered (add_ticker), and the due time of its
+    // one valid heap entry (kParked: none; kCalling: the loop has it out to call). Heap
+    // entries with another due time are stale and dropped when they come up.
+    bool ticking_ = false;
+    uint64_t due_ = kParked;
 };
 
 /// Edge-triggered epoll loops, one per engine thread. Thread 0 always runs (acceptors, link
@@ -90,10 +97,19 @@ public:
     /// remove_ticker() must precede quiesce() and destruction.
     void add_ticker(ProgressClient *client);
     void remove_ticker(ProgressClient *client);
+    /// Brings a ticker's next on_tick() forward to the first engine tick at or after `at_ns`
+    /// (CLOCK_MONOTONIC): a parked client (ProgressClient::kParked) is called again, one
+    /// due later is called sooner, one due sooner is left alone. O(log n); no-op for a client
+    /// that is not registered (any more). Any thread; may be called with the client's own
+    /// lock held (the engine calls no client under its timer lock).
+    void wake(ProgressClient *client, uint64_t at_ns);
 
-    /// The engine's timer resolution: a thread runs the tickers that are due at least this
-    /// often, and never sleeps in epoll_wait longer.
+    /// The engine's timer resolution: a thread runs the tickers that are due at most this
+    /// often (a client's calls are at least this far apart), and otherwise sleeps in
+    /// epoll_wait until its earliest timer is due (kIdleNs at the most).
     static constexpr uint64_t kTickNs = 10'000'000; // 10 ms
+    /// The longest a thread sleeps with no timer due and no fd ready.
+    static constexpr uint64_t kIdleNs = 1'000'000'000; // 1 s
     /// Returns once no callback for an fd or ticker removed before this call can still run:
     /// it waits for each thread's loop iteration in progress (which may hold events fetched
     /// before the removal) to end. Wakes the threads so that takes microseconds, not the epoll
@@ -117,12 +133,17 @@ private:
             bool operator>(const Timer &o) const { return due > o.due; }
         };
         std::mutex tick_mu;
-        /// Min-heap on due (std::greater): every registered client once, but those the loop
-        /// has taken out to call (due) and not yet put back.
+        /// Min-heap on due (std::greater): each registered client's valid entry (due equal to
+        /// its due_), none for a parked client or one the loop has out to call, and stale
+        /// entries (a wake moved the client sooner) that are dropped when they come up.
         std::vector<Timer> timers;
-        /// Clients removed while the loop had them out: not put back this tick.
-        std::vector<ProgressClient *> removed;
+        /// When the loop's epoll_wait ends at the latest (0 while it is awake).
+        std::atomic<uint64_t> sleep_until{0};
+        /// A timer now due at `at_ns`: wakes the loop if it sleeps past it. tick_mu held.
+        void nudge(uint64_t at_ns);
     };
+    /// ProgressClient::due_ while the loop has the client out to call.
+    static constexpr uint64_t kCalling = ~0ull - 1;
     /// Creates and starts shard `index` for `numa` (pinned to the node's CPUs when known).
     /// Called with mu_ held. Returns 0 or -errno.
     int start_shard_locked(int index, int numa);

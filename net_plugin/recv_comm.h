@@ -213,6 +213,9 @@ private:
     void progress_flushes_locked() noexcept;
     bool quiet_locked() const noexcept override;
     void quiet_tick_locked(uint64_t now) noexcept override;
+    /// No silence verdict while quiet (judge_path_locked): pairs are slept on for the probes.
+    int pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept override;
+    const FailoverConfig &failover_config() const noexcept override { return cfg_; }
     /// Path `i`'s heartbeat when its port pair is due one (PortPairs).
     void heartbeat_locked(int i, uint64_t now) noexcept;
     uint64_t quiet_period_ns(bool prober) const noexcept override { return quiet_period(cfg_, prober, kTimerNs); }

@@ -218,6 +218,14 @@ bool RecvComm::quiet_locked() const noexcept
     return true;
 }
 
+int RecvComm::pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept
+{
+    int n = 0;
+    for (const PathSlot &p : paths_)
+        if (p.live()) (*out)[static_cast<size_t>(n++)] = PairUse{p.pair, false, p.heard()};
+    return n;
+}
+
 void RecvComm::heartbeat_locked(int i, uint64_t now) noexcept
 {
     // One heartbeat per port pair and interval, by whichever path of the pair, of any comm,

@@ -261,6 +261,9 @@ private:
     void watchdogs_locked(uint64_t now) noexcept;
     bool quiet_locked() const noexcept override;
     void quiet_tick_locked(uint64_t now) noexcept override { watchdogs_locked(now); }
+    /// A standby's pair is watched for silence while parked (watchdogs_locked()).
+    int pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept override;
+    const FailoverConfig &failover_config() const noexcept override { return cfg_; }
     uint64_t quiet_period_ns(bool prober) const noexcept override { return quiet_period(cfg_, prober, kTimerNs); }
     void failover_locked(int dead, const std::string &cause) noexcept;
     /// Makes `slot` Active: generation += 1, a notice naming `abandoned` (-1: none) and that

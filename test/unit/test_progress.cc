@@ -46,9 +46,9 @@ public:
     uint64_t next_tick_ns() const noexcept override
     {
         const uint64_t p = period_ns.load();
-        return p == 0 ? 0 : vigil::now_ns() + p;
+        return p == 0 ? 0 : p == kParked ? kParked : vigil::now_ns() + p;
     }
-    std::atomic<uint64_t> period_ns{0}; // 0: every engine tick
+    std::atomic<uint64_t> period_ns{0}; // 0: every engine tick; kParked: none until woken
     void poke()
     {
         const uint64_t one = 1;
@@ -265,6 +265,63 @@ TEST_CASE("a ticker is called when its next tick is due, not at every engine tic
     e.stop();
 }
 
+TEST_CASE("a parked ticker is called only when woken; a wake moves a timer sooner, never later",
+          "[progress]")
+{
+    // Counts, not durations: what a parked client gets is exactly the calls it was woken for.
+    vn::ProgressEngine e;
+    REQUIRE(e.start(1) == 0);
+    Probe fast, parked;
+    parked.period_ns = vn::ProgressClient::kParked;
+    e.bind(&fast, -1);
+    e.bind(&parked, -1);
+    e.add_ticker(&fast);
+    e.add_ticker(&parked);
+    REQUIRE(eventually([&] { return parked.ticks.load() == 1; })); // due at once when added
+    int f = fast.ticks.load();
+    REQUIRE(eventually([&] { return fast.ticks.load() >= f + 20; }));
+    CHECK(parked.ticks.load() == 1); // 20 engine ticks, none for it
+
+    for (int k = 2; k <= 4; ++k) { // each wake is one call, and it parks again after it
+        e.wake(&parked, vigil::now_ns());
+        REQUIRE(eventually([&] { return parked.ticks.load() == k; }));
+        f = fast.ticks.load();
+        REQUIRE(eventually([&] { return fast.ticks.load() >= f + 5; }));
+        CHECK(parked.ticks.load() == k);
+    }
+    // Two wakes before the call: one call.
+    e.wake(&parked, vigil::now_ns() + 30'000'000);
+    e.wake(&parked, vigil::now_ns() + 30'000'000);
+    REQUIRE(eventually([&] { return parked.ticks.load() == 5; }));
+    f = fast.ticks.load();
+    REQUIRE(eventually([&] { return fast.ticks.load() >= f + 10; }));
+    CHECK(parked.ticks.load() == 5);
+
+    // A timer due in 10 s: a wake for later leaves it, a wake for now brings it forward.
+    parked.period_ns = 10'000'000'000ull;
+    e.wake(&parked, 0);
+    REQUIRE(eventually([&] { return parked.ticks.load() == 6; }));
+    e.wake(&parked, vigil::now_ns() + 20'000'000'000ull);
+    f = fast.ticks.load();
+    REQUIRE(eventually([&] { return fast.ticks.load() >= f + 10; }));
+    CHECK(parked.ticks.load() == 6);
+    e.wake(&parked, 0);
+    REQUIRE(eventually([&] { return parked.ticks.load() == 7; }));
+
+    // Removed: a wake does nothing.
+    e.remove_ticker(&parked);
+    e.quiesce();
+    e.wake(&parked, 0);
+    f = fast.ticks.load();
+    REQUIRE(eventually([&] { return fast.ticks.load() >= f + 10; }));
+    CHECK(parked.ticks.load() == 7);
+    e.remove_ticker(&fast);
+    e.quiesce();
+    e.unbind(&fast);
+    e.unbind(&parked);
+    e.stop();
+}
+
 TEST_CASE("stop and start again: a fresh thread 0 serves new clients", "[progress]")
 {
     vn::ProgressEngine e;
@@ -367,6 +424,10 @@ public:
         f();
     }
     std::atomic<int> passes{0};
+    std::atomic<bool> quiet{false};
+    std::atomic<int> quiet_ticks{0};
+    std::shared_ptr<vn::PortPairs::Pair> pair; // its one path's, when set (before attach)
+    vn::FailoverConfig cfg;
 
 protected:
     void progress_locked() noexcept override { passes.fetch_add(1); }
@@ -374,9 +435,16 @@ protected:
     void goodbye_locked() noexcept override {}
     size_t nfds() const noexcept override { return 0; }
     int fd(size_t) const noexcept override { return -1; }
-    bool quiet_locked() const noexcept override { return false; }
+    bool quiet_locked() const noexcept override { return quiet.load(); }
     uint64_t quiet_period_ns(bool) const noexcept override { return kTimerNs; }
-    void quiet_tick_locked(uint64_t) noexcept override {}
+    void quiet_tick_locked(uint64_t) noexcept override { quiet_ticks.fetch_add(1); }
+    int pair_uses_locked(std::array<PairUse, vn::kMaxPaths> *out) const noexcept override
+    {
+        if (!pair) return 0;
+        (*out)[0] = PairUse{pair, false, vigil::now_ns()};
+        return 1;
+    }
+    const vn::FailoverConfig &failover_config() const noexcept override { return cfg; }
 };
 
 } // namespace
@@ -418,4 +486,50 @@ TEST_CASE("an fd event on a locked comm is served by the lock's holder when it l
     const int before = k.passes.load();
     k.on_ready();
     CHECK(k.passes.load() == before + 1);
+}
+
+TEST_CASE("a quiet comm parks on its port pair: no timer until it posts, or its pair needs a "
+          "prober",
+          "[progress][comm][port_pairs]")
+{
+    // Counts of calls, not durations: a parked comm is called for nothing at all.
+    vn::ProgressEngine &e = vn::ProgressEngine::instance();
+    REQUIRE(e.start(1) == 0);
+    vn::PortPairs &pairs = vn::PortPairs::process();
+    pairs.start_sweeper();
+    KickComm k;
+    k.pair = pairs.get(7, "192.0.2.7");
+    k.quiet = true;
+    std::atomic<bool> probing{true}; // another comm of the process probes the pair meanwhile
+    std::thread prober([&] {
+        while (probing.load()) {
+            k.pair->claim_probe(vigil::now_ns(), k.cfg.probe_interval_ns);
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    });
+    REQUIRE(k.attach() == 0);
+    REQUIRE(eventually([&] { return k.pair->sleepers() == 1; })); // its first tick parked it
+    const int quiet_ticks = k.quiet_ticks.load(), passes = k.passes.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300)); // 3 probe intervals
+    CHECK(k.quiet_ticks.load() == quiet_ticks);
+    CHECK(k.passes.load() == passes);
+
+    // A post makes it busy: it leaves the pair and its timer runs again.
+    k.holding([&] { k.quiet = false; });
+    CHECK(k.pair->sleepers() == 0);
+    REQUIRE(eventually([&] { return k.passes.load() >= passes + 3; }));
+    // Quiet again: parked again at its next tick.
+    k.holding([&] { k.quiet = true; });
+    REQUIRE(eventually([&] { return k.pair->sleepers() == 1; }));
+
+    // The pair's prober goes away: the sweep wakes it to take the probes over.
+    probing = false;
+    prober.join();
+    const int before = k.quiet_ticks.load();
+    REQUIRE(eventually([&] { return k.quiet_ticks.load() > before; }));
+
+    k.close();
+    CHECK(k.pair->sleepers() == 0);
+    pairs.stop_sweeper();
+    e.stop();
 }
