@@ -117,8 +117,10 @@ void PortPairs::stop_sweeper()
 
 PortPairs &PortPairs::process() noexcept
 {
-    static PortPairs pairs;
-    return pairs;
+    // Never destroyed, like the engine: ncclNet v8..v10 have no finalize, so the engine's
+    // threads may still sweep (and comms still hold pairs) while statics are destroyed at exit.
+    static PortPairs *pairs = new PortPairs;
+    return *pairs;
 }
 
 std::shared_ptr<PortPairs::Pair> PortPairs::get(int dev, const std::string &peer_port)
