@@ -114,7 +114,11 @@ struct PathTelemetry {
 class Comm : public ProgressClient, private PortPairs::Pair::Sleeper
 {
 public:
-    virtual ~Comm() = default;
+    /// Leaves the pairs it sleeps on if close() did not (no sweep may call a destroyed comm).
+    virtual ~Comm()
+    {
+        if (parked_) unpark_locked();
+    }
 
     /// NCCL's test(): *done = 1 once `r` completed (sizes[0..n) filled for receives, sizes may
     /// be NULL), after which `r` is recycled. Returns 0, or -errno once the connection failed
