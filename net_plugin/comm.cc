@@ -220,11 +220,16 @@ void Comm::settle_timer_locked() noexcept
     ProgressEngine::instance().wake(this, at);
 }
 
+void Comm::wake_timer() noexcept
+{
+    next_timer_ns_.store(0, std::memory_order_relaxed);
+    ProgressEngine::instance().wake(this, 0);
+}
+
 void Comm::wake_from_pair() noexcept
 {
     // The pair's lock is held: only the timer moves; on_tick() leaves the other pairs.
-    next_timer_ns_.store(0, std::memory_order_relaxed);
-    ProgressEngine::instance().wake(this, 0);
+    wake_timer();
 }
 
 void Comm::fail_locked(int err, const std::string &what) noexcept

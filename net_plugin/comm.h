@@ -155,6 +155,9 @@ public:
 
 protected:
     explicit Comm(const std::array<int, kMaxPaths> &devs) : devs_(devs) {}
+    /// Brings the comm's timer work to the next engine tick, parked or not (a pair's sweep,
+    /// a rebuilt path that arrived). Any thread, with or without mu_; takes no comm lock.
+    void wake_timer() noexcept;
     /// Progress every path; called with mu_ held.
     virtual void progress_locked() noexcept = 0;
     /// SendPath/RecvPath::rearm(arm) of every live path; called with mu_ held, from the engine.

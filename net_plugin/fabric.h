@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -480,6 +481,10 @@ public:
     /// Returns 0 with *out set when a rebuilt path arrived (its slot in its identity), 0 with
     /// *out empty when none did.
     virtual int poll(std::unique_ptr<RecvPath> *out) = 0;
+    /// `wake` is called (from any thread, under the listener's lock: it must not block or
+    /// call back into the acceptor) when a rebuilt path is ready for poll(), so a receiving
+    /// comm with no timer of its own is woken for it.
+    virtual void set_wake(std::function<void()> /*wake*/) {}
 };
 
 // ---- The provider ------------------------------------------------------------------------

@@ -34,6 +34,9 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
         p.tm = PathTelemetry::make(tcfg_, Direction::kRecv, p.path->identity(), this);
         if (i != kPrimary && p.tm) p.tm->meter.set_state(now, telemetry::kStandby, gen_);
     }
+    // A path the sender rebuilt may come while this comm is parked (it saw no loss: it had
+    // nothing posted): its timer takes it (quiet_tick_locked).
+    if (acceptor_) acceptor_->set_wake([this] { wake_timer(); });
 }
 
 RecvComm::~RecvComm()

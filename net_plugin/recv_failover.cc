@@ -244,6 +244,8 @@ void RecvComm::quiet_tick_locked(uint64_t now) noexcept
     // Quiet: nothing posted, so no silence verdict is due either (judge_path_locked).
     for (int i = 0; i < kMaxPaths; ++i)
         if (paths_[i].live()) heartbeat_locked(i, now);
+    // A path the sender rebuilt while this side saw no loss (the acceptor woke this timer).
+    accept_rebuilt_locked(now);
 }
 
 } // namespace vigil::net

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fabric.h"
@@ -31,9 +32,11 @@
 
 namespace vigil::net::rendezvous {
 
-/// Bounds of one listener (NCCL's listenComm), on both fabrics.
-inline constexpr size_t kMaxPending = 64; ///< set-up sockets awaiting their hello
-inline constexpr size_t kMaxGroups = 16;  ///< connections with some but not all paths here
+/// Bounds of the listening side, on both fabrics.
+/// Set-up sockets accepted and awaiting their hello (or their fabric's exchange), per
+/// ListenHub: above it the hub stops accepting and the kernel's backlog holds the rest.
+inline constexpr size_t kMaxPending = 256;
+inline constexpr size_t kMaxGroups = 16; ///< per listener: connections with some but not all paths here
 /// How long a connection whose primary path is complete waits for its backup.
 inline constexpr uint64_t kBackupGraceNs = 1'000'000'000ull;
 /// Between two connects to a listener that refused (or could not be reached).
@@ -45,30 +48,13 @@ struct ListenSocket {
     int dev = 0;
 };
 
-/// The fabric's view of its devices for listen_on(): how many, each one's address to listen
+/// The fabric's view of its devices for listening: how many, each one's address to listen
 /// at (its port is ignored), and its name for log lines.
 struct DeviceAddrs {
     int count = 0;
     std::function<Endpoint(int dev)> addr;
     std::function<std::string(int dev)> name;
 };
-
-/// Listens on device `dev` and, for backup paths, on up to ListenHandle::kMaxAddrs - 1 other
-/// devices (a device whose socket cannot listen gets no backups, with one INFO); fills
-/// `handle` (the listening addresses with their devices, `dev`, a fresh nonce, also in
-/// *nonce) and `out`. Returns 0, or -errno when the socket on `dev` itself fails (one WARN).
-int listen_on(int dev, const DeviceAddrs &devs, ListenHandle *handle,
-              std::vector<ListenSocket> *out, std::array<uint8_t, 16> *nonce);
-
-/// Accepts every connection waiting on `sockets` (non-blocking, close-on-exec) and hands it
-/// to `take(fd, dev, peer)`; while `pending()` set-up sockets are open already (kMaxPending
-/// or more), closes it with one WARN naming `devs.name(dev)` instead. Transient failures
-/// (nothing waiting, EMFILE, an aborted connection) end the pass. Returns 0, or -errno when
-/// the first socket (the handle's own device) failed; another one failing costs only backups
-/// (one WARN).
-int accept_all(std::vector<ListenSocket> &sockets, const DeviceAddrs &devs,
-               const std::function<size_t()> &pending,
-               const std::function<void(UniqueFd fd, int dev, const Endpoint &peer)> &take);
 
 /// One non-blocking TCP connect that retries refused or unreachable attempts every kRetryNs
 /// until its deadline. Not thread-safe; one per set-up socket.
@@ -218,42 +204,152 @@ public:
 
 // ---- The core ---------------------------------------------------------------------------------
 
-/// NCCL's listenComm, on either fabric: the listening sockets, the set-up sockets in flight
-/// (at most kMaxPending), the connections with some but not all of their paths here (at most
-/// kMaxGroups), and, after accept(), the rebuilt paths of the connections it produced: it
-/// lives on inside their acceptors (NCCL closes the listenComm at once).
-/// Thread-safe (one lock: NCCL's proxy thread and the progress engine may both drive it).
+class Listening;
+class Accepting;
+
+/// The listening side of one fabric in one process: one listening socket per device, shared
+/// by every listener (NCCL's listenComm, a Listening) the fabric makes, as NCCL's bootstrap
+/// and aws-ofi-nccl's cm share one endpoint. A hello names its listener by the nonce of that
+/// listener's handle. Costs 1 fd and 1 epoll entry per device per process, not per
+/// connection: a receiving connection keeps its listener (for the sender's rebuilds) without
+/// keeping sockets.
 ///
-/// A set-up socket's life: accepted -> its Arrival steps (hello, check, the fabric's
-/// exchange) -> filed under its connection, slot and part -> once every part of a slot is
-/// here the fabric builds the path: for a rebuild at once (take_rebuilt() hands it over),
-/// for a new connection when accept() hands the connection out (its primary complete, and
-/// its backup too or kBackupGraceNs after the primary). A hello with the wrong nonce, a
-/// rebuild for a connection this listener did not produce, or parts that disagree are
-/// refused with one WARN and the socket is closed; the listener keeps listening.
+/// A set-up socket's life: accepted (at most kMaxPending in flight; above, the hub stops
+/// accepting and the kernel's backlog holds the rest) -> its Arrival steps here: its hello
+/// is routed by nonce and judged by that listener, then the fabric's exchange -> filed under
+/// its listener. A hello whose nonce no listener has is refused (one WARN per impostor
+/// connection); the hub keeps listening.
+///
+/// Driven by the progress engine (its listening sockets are watched; it ticks only while
+/// set-up sockets or half-built rebuilds are open, else it is parked) and by every
+/// listener's accept(), so that NCCL's accept loop does not wait for a tick. The sockets
+/// open with the first listen() and close with the hub, when its last listener is gone.
+/// Thread-safe (one lock, taken before any listener's).
+class ListenHub final : public ProgressClient
+{
+public:
+    explicit ListenHub(std::unique_ptr<AcceptSide> side);
+    ~ListenHub();
+    ListenHub(const ListenHub &) = delete;
+    ListenHub &operator=(const ListenHub &) = delete;
+
+    AcceptSide &side() const { return *side_; }
+    /// Opens the listening sockets of device `dev` and, for backup paths, of up to
+    /// ListenHandle::kMaxAddrs - 1 other devices, where not open yet (a device whose socket
+    /// cannot listen gets no backups, with one INFO per listen); fills `handle` with their
+    /// addresses, `dev` and `nonce`. 0, or -errno when `dev`'s own socket fails (one WARN).
+    int listen(int dev, const std::array<uint8_t, 16> &nonce, ListenHandle *handle);
+    /// Accepts what waits, steps every set-up socket and files the finished ones under their
+    /// listeners; expires listeners' half-built rebuilds. Never blocks.
+    void pump(uint64_t now);
+    /// -errno once accepting on device `dev`'s socket failed for good, else 0.
+    int failed(int dev) const;
+    /// Steps and files `a` as if it had been accepted on a listening socket (tests and
+    /// fuzzing hand set-up sockets of their own).
+    void arrive(std::unique_ptr<Arrival> a);
+    /// True while set-up sockets are in flight.
+    bool busy() const;
+    /// Listening sockets open (for tests and the scale benchmark's accounting).
+    size_t sockets() const;
+
+    void on_ready() noexcept override;
+    void on_tick() noexcept override;
+    uint64_t next_tick_ns() const noexcept override;
+
+private:
+    friend class Listening;
+    /// A listener's life in the hub (its constructor and destructor).
+    void attach(Listening *l);
+    void detach(Listening *l);
+    /// Opens device `d`'s listening socket if it is not open; 0 or -errno.
+    int open_locked(int d, bool required);
+    int pump_locked(uint64_t now);
+    /// Steps one set-up socket; false once it is gone (refused, failed or filed).
+    bool step_locked(std::unique_ptr<Arrival> &a, uint64_t now);
+    Listening *find_locked(const std::array<uint8_t, 16> &nonce) const;
+    /// Judges a hello: its fields, then its listener; sets *impostor for an unknown nonce.
+    const char *check_locked(const Intro &in, bool *impostor);
+    /// Logs why `a` is refused: one WARN per `impostor` connection (wrong nonce), INFO
+    /// where the fabric expects the failure.
+    void refuse_locked(const Arrival &a, const std::string &why, bool impostor = false);
+    std::string dev_name(int dev) const;
+
+    std::unique_ptr<AcceptSide> side_;
+    mutable std::mutex mu_;
+    std::vector<ListenSocket> listening_;           // by opening order
+    std::vector<int> failed_;                       // per device: -errno once accept failed
+    std::vector<std::unique_ptr<Arrival>> pending_; // accepted, not filed yet
+    // Attached listeners by the first 8 bytes of their nonce (the whole nonce is compared).
+    std::unordered_multimap<uint64_t, Listening *> listeners_;
+    std::vector<Listening *> grouping_;             // listeners with half-built groups
+    NonceRefusals refusals_;
+    std::atomic<bool> ticking_{false}; // engine timer wanted (pending_ or grouping_)
+    bool watched_ = false;             // registered with the progress engine
+};
+
+/// Where a fabric keeps its hub: the live one, or a new one once the last is gone (its
+/// listeners all closed, as at NCCL's finalize). Thread-safe.
+class HubSlot
+{
+public:
+    /// The fabric's hub; `make` gives the AcceptSide of a new one.
+    std::shared_ptr<ListenHub> get(const std::function<std::unique_ptr<AcceptSide>()> &make)
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::shared_ptr<ListenHub> h = hub_.lock();
+        if (!h) hub_ = h = std::make_shared<ListenHub>(make());
+        return h;
+    }
+
+private:
+    std::mutex mu_;
+    std::weak_ptr<ListenHub> hub_;
+};
+
+/// NCCL's listenComm, on either fabric: its handle's nonce, the connections with some but
+/// not all of their paths here (at most kMaxGroups), and, after accept(), the rebuilt paths
+/// of the connections it produced: it lives on inside their acceptors (NCCL closes the
+/// listenComm at once), at about 300 bytes and no fd. Its sockets are the hub's.
+/// Thread-safe (one lock, taken after the hub's).
+///
+/// A set-up socket the hub filed here goes under its connection, slot and part; once every
+/// part of a slot is here the fabric builds the path: for a rebuild at once (its acceptor is
+/// told, and take_rebuilt() hands it over), for a new connection when accept() hands the
+/// connection out (its primary complete, and its backup too or kBackupGraceNs after the
+/// primary). A rebuild for a connection this listener did not produce, or parts that
+/// disagree, are refused with one WARN and the socket is closed.
 class Listening : public std::enable_shared_from_this<Listening>
 {
 public:
-    /// Listens on device `dev` and, for backups, up to ListenHandle::kMaxAddrs - 1 other
-    /// devices of `side`; fills `handle`. 0, or -errno when `dev`'s own socket fails.
+    /// A listener on `hub`: listens on device `dev` and, for backups, up to
+    /// ListenHandle::kMaxAddrs - 1 other devices; fills `handle`. 0, or -errno when `dev`'s
+    /// own socket fails.
+    static int create(std::shared_ptr<ListenHub> hub, int dev, ListenHandle *handle,
+                      std::shared_ptr<Listening> *out);
+    /// As above on a hub of its own (tests and fuzzing).
     static int create(std::unique_ptr<AcceptSide> side, int dev, ListenHandle *handle,
                       std::shared_ptr<Listening> *out);
-    explicit Listening(std::unique_ptr<AcceptSide> side) : side_(std::move(side)) {}
+    Listening(std::shared_ptr<ListenHub> hub, int dev);
+    ~Listening();
+    Listening(const Listening &) = delete;
+    Listening &operator=(const Listening &) = delete;
 
     /// 0 with *out filled once a connection is complete; 0 with *out empty when none is;
     /// -errno when the listening socket of the handle's device failed.
     int accept(RecvPaths *out);
     /// A rebuilt path of connection `conn_id` that is complete, if any (true, *out set).
+    /// Pumps the hub first.
     bool take_rebuilt(uint64_t conn_id, std::unique_ptr<RecvPath> *out);
-    /// Steps and files `a` as if it had been accepted on a listening socket (tests and
-    /// fuzzing hand it set-up sockets of their own).
-    void arrive(std::unique_ptr<Arrival> a);
-    /// True while set-up sockets or connections are half set up, or rebuilt paths wait.
+    /// Steps and files `a` through the hub (tests and fuzzing).
+    void arrive(std::unique_ptr<Arrival> a) { hub_->arrive(std::move(a)); }
+    /// True while set-up sockets are in flight at the hub, connections are half set up here,
+    /// or rebuilt paths wait.
     bool busy();
-    /// The listening sockets (for the acceptors' watch).
-    std::vector<int> listening_fds() const;
+    ListenHub &hub() const { return *hub_; }
 
 private:
+    friend class ListenHub;
+    friend class Accepting;
     struct Slot {
         std::vector<std::unique_ptr<Arrival>> parts; // by part index
         size_t count = 0;
@@ -281,32 +377,29 @@ private:
         std::unique_ptr<RecvPath> path;
     };
 
-    /// Accepts set-up sockets, steps every arrival, files finished ones, expires groups and
-    /// builds complete rebuilt paths. Called with mu_ held.
-    int pump(uint64_t now);
-    /// Judges a hello; sets *impostor for a wrong nonce.
-    const char *check(const Intro &in, bool *impostor);
-    /// Steps one arrival; false once it is gone (refused, failed or filed).
-    bool step(std::unique_ptr<Arrival> &a, uint64_t now);
-    /// Logs why `a` is refused: one WARN per `impostor` connection (wrong nonce), INFO where
-    /// the fabric expects the failure.
-    void refuse(const Arrival &a, const std::string &why, bool impostor = false);
-    void file(std::unique_ptr<Arrival> a, uint64_t now);
+    // Called by the hub with its lock held; each takes this listener's.
+    /// Judges a hello the hub routed here (its fields are checked): nullptr, or why not.
+    const char *check(const Intro &in);
+    /// Files a finished arrival under its connection, slot and part; builds a complete
+    /// rebuilt path at once. Empty, or why `a` is refused (then `a` is still the caller's).
+    std::string file(std::unique_ptr<Arrival> &a, uint64_t now);
+    /// Drops expired half-built groups; true while any group is left.
+    bool expire(uint64_t now);
+
+    bool expire_locked(uint64_t now);
     Group *group_for(const Intro &in);
     /// Builds the path in `slot` of `g`, or returns nullptr (logged).
     std::unique_ptr<RecvPath> build(Group &g, int slot);
     void hand_out(Group &g, RecvPaths *out);
-    std::string dev_name(int dev) const;
 
-    std::unique_ptr<AcceptSide> side_;
-    mutable std::mutex mu_;
-    std::vector<ListenSocket> listening_;
+    std::shared_ptr<ListenHub> hub_;
+    int dev_;
     std::array<uint8_t, 16> nonce_{};
-    std::vector<std::unique_ptr<Arrival>> pending_;
+    mutable std::mutex mu_;
     std::vector<Group> groups_;
     std::vector<uint64_t> served_; // conn_ids of the connections this listener produced
     std::vector<Rebuilt> rebuilt_;
-    NonceRefusals refusals_;
+    std::vector<Accepting *> acceptors_; // of the served connections still open
 };
 
 /// NCCL's listenComm object: the Listening it shares with the acceptors of the connections
@@ -321,23 +414,26 @@ private:
     std::shared_ptr<Listening> l_;
 };
 
-/// Hands one receiving connection the paths its peer rebuilt. The listening sockets are
-/// watched by the progress engine, so poll() touches the listener only after a connection
-/// arrived or while set-up is half done (plus once a second, as a safety net): an idle
-/// connection costs no system calls.
-class Accepting final : public PathAcceptor, public ProgressClient
+/// Hands one receiving connection the paths its peer rebuilt. The hub files a rebuilt path
+/// as soon as it is complete and calls the connection's wake function, so poll() touches the
+/// listener only after that (plus once a second, as a safety net that also pumps the hub):
+/// an idle connection costs no system call and no lock.
+class Accepting final : public PathAcceptor
 {
 public:
     Accepting(std::shared_ptr<Listening> l, uint64_t conn_id);
     ~Accepting() override;
     int poll(std::unique_ptr<RecvPath> *out) override;
-    void on_ready() noexcept override { event_.store(true, std::memory_order_release); }
-    void on_tick() noexcept override {}
+    void set_wake(std::function<void()> wake) override;
 
 private:
+    friend class Listening;
+    /// A rebuilt path of this connection was filed (under the listener's lock).
+    void rebuilt() noexcept;
+
     std::shared_ptr<Listening> l_;
     uint64_t conn_id_;
-    std::vector<int> fds_;
+    std::function<void()> wake_; // under the listener's lock
     std::atomic<bool> event_{true};
     uint64_t next_sweep_ns_ = 0;
 };

@@ -26,8 +26,9 @@ if [[ -z ${NETLAB:-} ]]; then
     exec scripts/netlab.sh run -H 2 -P 2 -- "$0" "$@"
 fi
 CONNS=${CONNS:-64 512 2048 4096}
-# A receiving connection holds 6 fds (docs/scale.md): 4,096 of them need more than the 20,000
-# some hosts allow. The plugin raises the soft limit to the hard one; root may raise the hard.
+# A connection holds 4 fds (docs/scale.md): 4,096 of them fit the 20,000 some hosts allow, and
+# more need a higher hard limit. The plugin raises the soft limit to the hard one; root with
+# CAP_SYS_RESOURCE may raise the hard.
 ulimit -Hn 1048576 2>/dev/null || echo "# could not raise the hard fd limit ($(ulimit -Hn)): large N may fail" >&2
 IDLE=${IDLE:-10}
 CUT=${CUT:-1}

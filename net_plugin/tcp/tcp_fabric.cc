@@ -61,7 +61,9 @@ int TcpFabric::open(const Params &params, std::unique_ptr<Fabric> *out, std::str
 int TcpFabric::listen(int dev, ListenHandle *handle, std::unique_ptr<Listener> *out)
 {
     std::shared_ptr<rendezvous::Listening> l;
-    if (int rc = tcp::listen(devs_, dev, params_, handle, &l); rc != 0) return rc;
+    std::shared_ptr<rendezvous::ListenHub> hub =
+        hub_.get([this] { return accept_side(devs_, params_); });
+    if (int rc = rendezvous::Listening::create(std::move(hub), dev, handle, &l); rc != 0) return rc;
     *out = std::make_unique<rendezvous::ListenComm>(std::move(l));
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../fabric.h"
+#include "../rendezvous.h"
 #include "../sockets/interfaces.h"
 #include "link_monitor.h"
 #include "params.h"
@@ -42,6 +43,7 @@ private:
     std::vector<Device> devs_;
     std::vector<DeviceProps> props_;
     LinkMonitor links_;
+    rendezvous::HubSlot hub_; // the listening sockets every listener shares
 };
 
 /// make_fabric() for VIGIL_FABRIC=tcp.

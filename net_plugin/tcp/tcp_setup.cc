@@ -72,6 +72,12 @@ private:
 
 } // namespace
 
+std::unique_ptr<rendezvous::AcceptSide> accept_side(const std::vector<Device> &devs,
+                                                    const Params &params)
+{
+    return std::make_unique<TcpAcceptSide>(devs, params);
+}
+
 int listen(const std::vector<Device> &devs, int dev, const Params &params, ListenHandle *handle,
            std::shared_ptr<rendezvous::Listening> *out)
 {

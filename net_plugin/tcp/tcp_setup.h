@@ -21,8 +21,13 @@
 
 namespace vigil::net::tcp {
 
+/// What the TCP fabric's listening side is made of (its hub's AcceptSide).
+std::unique_ptr<rendezvous::AcceptSide> accept_side(const std::vector<Device> &devs,
+                                                    const Params &params);
+
 /// Opens a listener on devs[dev] and, for backups, up to ListenHandle::kMaxAddrs - 1 other
-/// devices; fills `handle`. 0 or -errno (only the primary device's socket is required).
+/// devices, on a hub of its own (tests and fuzzing; the fabric shares one); fills `handle`.
+/// 0 or -errno (only the primary device's socket is required).
 int listen(const std::vector<Device> &devs, int dev, const Params &params, ListenHandle *handle,
            std::shared_ptr<rendezvous::Listening> *out);
 

@@ -152,7 +152,9 @@ uint64_t VerbsFabric::handshake_timeout_ns() const
 int VerbsFabric::listen(int dev, ListenHandle *handle, std::unique_ptr<Listener> *out)
 {
     std::shared_ptr<rendezvous::Listening> l;
-    if (int rc = verbs_fabric::listen(*this, dev, handle, &l); rc != 0) return rc;
+    std::shared_ptr<rendezvous::ListenHub> hub =
+        hub_.get([this] { return verbs_fabric::accept_side(*this); });
+    if (int rc = rendezvous::Listening::create(std::move(hub), dev, handle, &l); rc != 0) return rc;
     *out = std::make_unique<rendezvous::ListenComm>(std::move(l));
     return 0;
 }

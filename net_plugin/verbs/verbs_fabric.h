@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../fabric.h"
+#include "../rendezvous.h"
 #include "devices.h"
 #include "params.h"
 #include "verbs_path.h"
@@ -78,6 +79,7 @@ private:
     std::mutex sampler_mu_;
     std::condition_variable sampler_cv_;
     bool sampler_stop_ = false;
+    rendezvous::HubSlot hub_; // the set-up sockets' listeners every listener shares
 };
 
 /// make_fabric() for VIGIL_FABRIC=verbs (and the first choice of auto).

@@ -341,11 +341,9 @@ private:
 
 } // namespace
 
-int listen(VerbsFabric &fabric, int dev, ListenHandle *handle,
-           std::shared_ptr<rendezvous::Listening> *out)
+std::unique_ptr<rendezvous::AcceptSide> accept_side(VerbsFabric &fabric)
 {
-    return rendezvous::Listening::create(std::make_unique<VerbsAcceptSide>(fabric), dev, handle,
-                                         out);
+    return std::make_unique<VerbsAcceptSide>(fabric);
 }
 
 int VerbsConnectSide::dial(const rendezvous::Intro &intro, uint64_t now,

@@ -83,11 +83,9 @@ private:
     size_t in_got_ = 0;
 };
 
-/// Opens a listener of the verbs fabric on `dev` and, for backups, up to
-/// ListenHandle::kMaxAddrs - 1 other devices (set-up sockets on their bootstrap addresses);
-/// fills `handle`. 0 or -errno.
-int listen(VerbsFabric &fabric, int dev, ListenHandle *handle,
-           std::shared_ptr<rendezvous::Listening> *out);
+/// What the verbs fabric's listening side is made of (its hub's AcceptSide: set-up sockets
+/// on the devices' bootstrap addresses).
+std::unique_ptr<rendezvous::AcceptSide> accept_side(VerbsFabric &fabric);
 
 /// Where a connection's paths go: local device and the listener's address and device.
 struct VerbsPlan {

@@ -154,20 +154,22 @@ TEST_CASE("raw clients sending garbage, a truncated hello or nothing are each re
         CHECK(silent.closed_by_peer(1000));
     }
 
-    SECTION("more silent clients than the listener keeps pending")
+    SECTION("more silent clients than the listening side keeps pending")
     {
+        // Above kMaxPending the hub stops accepting: the rest wait in the kernel's backlog
+        // and are heard (here: time out) once places free up. None is refused unheard.
         constexpr size_t kMax = vn::rendezvous::kMaxPending;
         constexpr size_t kExtra = 3;
         std::vector<std::unique_ptr<RawClient>> flood;
         for (size_t i = 0; i < kMax + kExtra; ++i) flood.push_back(std::make_unique<RawClient>(ep));
         const size_t mark = warn_mark();
         int produced = 0;
-        drive_accept(c.lc, 3000, &produced,
+        drive_accept(c.lc, 6000, &produced,
                      [&] { return count_since(mark, {kRejected}) >= kMax + kExtra; });
         drive_accept(c.lc, 30, &produced, [] { return false; });
         INFO(dump_since(mark));
-        CHECK(count_since(mark, {kRejected, "too many connections awaiting their hello"}) == kExtra);
-        CHECK(count_since(mark, {kRejected, "no hello within"}) == kMax);
+        CHECK(count_since(mark, {kRejected, "no hello within"}) == kMax + kExtra);
+        CHECK(count_since(mark, {kRejected, "too many"}) == 0);
         CHECK(warns_since(mark).size() == kMax + kExtra);
         CHECK(produced == 0);
         size_t closed = 0;

@@ -386,6 +386,110 @@ TEST_CASE("a rebuilt path waits in the listener for its connection's acceptor", 
     CHECK(p->identity().id == 1301);
 }
 
+TEST_CASE("listeners share the hub's sockets; a hello reaches the listener its nonce names",
+          "[rendezvous]")
+{
+    Capture cap;
+    auto side = std::make_unique<ScriptedAcceptSide>();
+    ScriptedAcceptSide *sp = side.get();
+    auto hub = std::make_shared<rdv::ListenHub>(std::move(side));
+    std::weak_ptr<rdv::ListenHub> weak = hub;
+    std::array<vn::ListenHandle, 3> h;
+    std::array<std::shared_ptr<rdv::Listening>, 3> l;
+    const std::array<int, 3> dev{{0, 1, 0}};
+    for (size_t i = 0; i < 3; ++i) REQUIRE(rdv::Listening::create(hub, dev[i], &h[i], &l[i]) == 0);
+    // One socket per device, whatever the number of listeners: each handle names both, its
+    // own device first, and carries its own nonce.
+    CHECK(hub->sockets() == 2);
+    REQUIRE(h[0].addrs.size() == 2);
+    REQUIRE(h[1].addrs.size() == 2);
+    CHECK(h[0].addrs == h[2].addrs);
+    CHECK(h[1].addrs[0] == h[0].addrs[1]);
+    CHECK(h[1].addrs[1] == h[0].addrs[0]);
+    CHECK(h[1].addr_devs == std::vector<uint8_t>{1, 0});
+    CHECK(h[0].nonce != h[1].nonce);
+    CHECK(h[0].nonce != h[2].nonce);
+
+    auto intro = [&](size_t who, uint64_t conn) {
+        rdv::Intro in;
+        in.nonce = h[who].nonce;
+        in.conn_id = conn;
+        in.path_id = conn * 10 + 1;
+        return in;
+    };
+    hub->arrive(std::make_unique<ScriptedArrival>(1, intro(1, 7), 1));
+    hub->arrive(std::make_unique<ScriptedArrival>(0, intro(2, 8), 1));
+    vn::RecvPaths out;
+    REQUIRE(l[0]->accept(&out) == 0);
+    CHECK(!out.paths[vn::kPrimary]); // neither was its
+    REQUIRE(l[1]->accept(&out) == 0);
+    REQUIRE(out.paths[vn::kPrimary]);
+    CHECK(out.paths[vn::kPrimary]->identity().id == 71);
+    CHECK(out.paths[vn::kPrimary]->identity().dev == 1);
+    REQUIRE(l[2]->accept(&out) == 0);
+    REQUIRE(out.paths[vn::kPrimary]);
+    CHECK(out.paths[vn::kPrimary]->identity().id == 81);
+    CHECK(sp->handed_out == 2);
+    CHECK(Capture::count(NCCL_LOG_WARN, "") == 0);
+
+    // A closed listener's nonce is nobody's: its hellos are impostors'.
+    const rdv::Intro late = intro(0, 9);
+    l[0].reset();
+    hub->arrive(std::make_unique<ScriptedArrival>(0, late, 1));
+    CHECK(Capture::count(NCCL_LOG_WARN, "wrong nonce") == 1);
+    CHECK(hub->sockets() == 2);
+    // The hub, and its sockets, go with its last listener (and the acceptor of the
+    // connection it produced); the next listener opens a new one.
+    out = vn::RecvPaths{};
+    l[1].reset();
+    l[2].reset();
+    hub.reset();
+    CHECK(weak.expired());
+    rdv::HubSlot slot;
+    auto a = slot.get([] { return std::make_unique<ScriptedAcceptSide>(); });
+    CHECK(slot.get([] { return std::make_unique<ScriptedAcceptSide>(); }) == a);
+}
+
+TEST_CASE("a rebuilt path is built at once and wakes its connection's comm", "[rendezvous]")
+{
+    Capture cap;
+    Listener t;
+    t.arrive(0, t.intro(3, vn::kPrimary, 0, 1, 2));
+    t.arrive(1, t.intro(3, vn::kBackup, 0, 1, 2));
+    vn::RecvPaths conn = t.accept();
+    REQUIRE(conn.paths[vn::kPrimary]);
+    int wakes = 0;
+    conn.acceptor->set_wake([&] { ++wakes; });
+    std::unique_ptr<vn::RecvPath> p;
+    REQUIRE(conn.acceptor->poll(&p) == 0); // the first poll looks: nothing yet
+    CHECK(!p);
+    rdv::Intro in = t.intro(3, vn::kBackup, 0, 2, 2);
+    in.rebuild = true;
+    in.path_id = 555;
+    t.arrive(1, in);
+    CHECK(wakes == 0); // one of its two streams
+    CHECK(conn.acceptor->poll(&p) == 0);
+    CHECK(!p);
+    in.part = 1;
+    t.arrive(1, in); // filed by the hub: built, and the comm woken, with nobody polling
+    CHECK(wakes == 1);
+    CHECK(t.side->built.size() == 3);
+    REQUIRE(conn.acceptor->poll(&p) == 0);
+    REQUIRE(p);
+    CHECK(p->identity().id == 555);
+    CHECK(p->identity().slot == vn::kBackup);
+
+    // Once the connection closed, a rebuild for it is refused, and nothing is woken.
+    conn.acceptor.reset();
+    in.part = 0;
+    in.nparts = 1;
+    in.path_id = 556;
+    t.arrive(1, in);
+    CHECK(wakes == 1);
+    CHECK(Capture::count(NCCL_LOG_WARN, "path rebuild for an unknown connection") == 1);
+    CHECK(!t.l->busy());
+}
+
 namespace {
 
 // A dial that finishes after `steps` steps, or fails with `fail` then.
