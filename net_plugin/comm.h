@@ -80,6 +80,15 @@ inline uint64_t quiet_period(const FailoverConfig &cfg, bool prober, uint64_t fl
     return prober ? probe : std::max(probe, cfg.stall_timeout_ns / 4);
 }
 
+/// How long after a port pair's last probe or heartbeat the next may go, ns: the probe
+/// interval less a tick (at most half the interval). A prober's timer is coalesced onto the
+/// engine's grid (ProgressEngine::kCoalesceNs) and may wake a little before a whole interval
+/// passed; it must still send, or it would park and leave its pair unprobed.
+inline uint64_t probe_spacing(const FailoverConfig &cfg)
+{
+    return cfg.probe_interval_ns - std::min(cfg.probe_interval_ns / 2, ProgressEngine::kTickNs);
+}
+
 /// Telemetry tuning: windows of window_ns per path in the process's registry (0: meters off).
 struct TelemetryConfig {
     uint64_t window_ns = 0;

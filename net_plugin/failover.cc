@@ -179,8 +179,8 @@ void SendComm::watchdogs_locked(uint64_t now) noexcept
     }
     // One probe per port pair and interval, by whichever path of the pair claims it first.
     for (PathSlot &s : paths_) {
-        if (s.alive() && since(now, s.last_sent_ns) > cfg_.probe_interval_ns &&
-            (!s.pair || s.pair->claim_probe(now, cfg_.probe_interval_ns))) {
+        if (s.alive() && since(now, s.last_sent_ns) >= probe_spacing(cfg_) &&
+            (!s.pair || s.pair->claim_probe(now, probe_spacing(cfg_)))) {
             s.path->probe();
             s.last_sent_ns = now;
             probed_ = true;

@@ -87,8 +87,8 @@ uint64_t PortPairs::sweep(uint64_t now)
     }
     uint64_t interval = ~0ull;
     for (const std::shared_ptr<Pair> &p : live) interval = std::min(interval, p->sweep(now));
-    constexpr uint64_t kMinNs = 10'000'000, kMaxNs = 50'000'000;
-    return now + std::clamp(interval / 2, kMinNs, kMaxNs);
+    constexpr uint64_t kMinNs = 10'000'000, kMaxNs = 100'000'000;
+    return now + std::clamp(interval, kMinNs, kMaxNs);
 }
 
 void PortPairs::Sweeper::on_tick() noexcept

@@ -35,8 +35,8 @@ namespace vigil::net {
  *
  * Parked comms. A quiet comm (nothing in flight, every path up) that did not send its pairs'
  * probe has no timer work of its own: it parks (ProgressClient::kParked) and registers as a
- * sleeper on each of its pairs. The process's sweep (one engine timer, every half probe
- * interval, O(pairs)) wakes one sleeper of a pair whose probes stopped for two intervals (its
+ * sleeper on each of its pairs. The process's sweep (one engine timer, every probe
+ * interval, O(pairs), coalesced with the probers' timers: ProgressEngine::kCoalesceNs) wakes one sleeper of a pair whose probes stopped for two intervals (its
  * prober closed or got busy elsewhere), which then probes and stays awake, and every sleeper
  * that watches the pair's silence (a sender's standby) once the pair heard nothing for its
  * stall timeout. A comm that turns busy wakes itself. So thousands of idle connections cost
@@ -112,7 +112,8 @@ public:
     size_t size();
 
     /// One sweep of every pair of the map at `now` (Pair::sweep). Returns when the next one
-    /// is due: half the smallest probe interval of any sleeper, between 10 and 50 ms.
+    /// is due: the smallest probe interval of any sleeper, between 10 and 100 ms (at the
+    /// default interval the engine runs it in the same wake-up as the pairs' probers).
     uint64_t sweep(uint64_t now);
     /// Runs sweep() on the progress engine (thread 0) from now on; comms park only while it
     /// runs (sweeping()). The plugin starts it after the engine and stops it before; both

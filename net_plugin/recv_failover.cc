@@ -231,8 +231,8 @@ void RecvComm::heartbeat_locked(int i, uint64_t now) noexcept
     // One heartbeat per port pair and interval, by whichever path of the pair, of any comm,
     // claims it first.
     PathSlot &p = paths_[i];
-    if (since(now, p.last_beat_ns) > cfg_.probe_interval_ns &&
-        (!p.pair || p.pair->claim_probe(now, cfg_.probe_interval_ns))) {
+    if (since(now, p.last_beat_ns) >= probe_spacing(cfg_) &&
+        (!p.pair || p.pair->claim_probe(now, probe_spacing(cfg_)))) {
         p.path->heartbeat();
         p.last_beat_ns = now;
         probed_ = true;

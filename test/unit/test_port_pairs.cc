@@ -152,11 +152,11 @@ TEST_CASE("the process's sweep visits the pairs of its map", "[port_pairs]")
     Woken w;
     a->sleep(&w, 40'000'000, 2'000'000'000, false, 0);
     const uint64_t now = 10'000'000'000ull;
-    // Nobody ever probed the pair: the sleeper is woken; the next sweep half an interval on.
-    CHECK(pairs.sweep(now) == now + 50'000'000); // no sleeper left: the longest period
+    // Nobody ever probed the pair: the sleeper is woken; the next sweep an interval on.
+    CHECK(pairs.sweep(now) == now + 100'000'000); // no sleeper left: the longest period
     CHECK(w.wakes == 1);
     a->sleep(&w, 40'000'000, 2'000'000'000, false, 0);
     CHECK(a->claim_probe(now, 40'000'000));
-    CHECK(pairs.sweep(now + 1) == now + 1 + 20'000'000);
+    CHECK(pairs.sweep(now + 1) == now + 1 + 40'000'000);
     CHECK(w.wakes == 1);
 }
