@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -35,6 +36,12 @@ int start_connect(const Endpoint &src, const Endpoint &remote, bool bind_require
     from.port = 0;
     bool bound = false;
     if (from.family == remote.family) {
+        // The address now, the port at connect(), where the kernel picks it per destination:
+        // thousands of connections to one listening socket (the process's ListenHub) would
+        // otherwise each scan the source address's whole port range at bind(), more slowly
+        // the more of it is taken (by this run, or the TIME_WAIT of the last).
+        const int one = 1;
+        setsockopt(s, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
         const socklen_t len = from.to_sockaddr(&ss);
         bound = ::bind(s, reinterpret_cast<sockaddr *>(&ss), len) == 0;
         if (!bound && bind_required) return -errno;
