@@ -11,9 +11,9 @@
 # thread), resident memory per connection after set-up and after traffic (the workload's own
 # buffers aside), and fds per connection. Then (CUT=1, the default) a second run per N:
 # rounds for 12 s, host 0's port 0 (the primary of half the connections) taken down after 4 s
-# and restored 4 s later: the slowest round and each connection's completion time in it
-# (p50/p99 over the connections, receiver's view) against the median round: what a port
-# failure under load costs at N.
+# and restored 4 s later: the slowest round in progress within 1 s of the cut and within 2 s
+# of the restore, each connection's completion time in it (p50/p99 over the connections,
+# receiver's view), against the median round: what a port failure under load costs at N.
 # Usage: scripts/bench_scale.sh   (CONNS="64 512 2048 4096", IDLE=10, PLUGIN=path of another
 # build's libnccl-net-vigil.so to compare; run as root)
 # Environment passes through to the plugin (VIGIL_PROBE_INTERVAL_MS, VIGIL_MULTIPATH, ...).
@@ -68,8 +68,12 @@ PY
 done
 ((CUT)) || exit 0
 echo
-echo "# port cut under load: host 0 port 0 down at 4 s, up at 8 s, rounds for 12 s; receiver's view"
-printf '%6s | %8s %10s | %10s %9s %14s %14s\n' conns rounds median_ms worst_ms worst_at worst_conn_p50 worst_conn_p99
+echo "# port cut under load: host 0 port 0 down at 4 s, up at 8 s, rounds for 12 s; receiver's view:"
+echo "# the slowest round in progress from the cut to 1 s after it, and from the restore to 2 s"
+echo "# after it (failback waits VIGIL_FAILBACK_HOLD_MS): its time and its connections' completion"
+echo "# times p50/p99, ms; and the slowest round of the run (when it began, from the first round)"
+printf '%6s | %6s %9s | %8s %8s %8s | %8s %8s %8s | %8s %8s\n' conns rounds median_ms \
+    cut_ms p50 p99 restore p50 p99 worst_ms worst_at
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.cut.$n.sock"
     scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
@@ -81,22 +85,36 @@ for n in $CONNS; do
     # The rounds start once every connection is up: the cut is timed from the first round.
     for _ in $(seq 600); do grep -q "^# fanout" "$tmp/c0.$n" 2>/dev/null && break; sleep 0.1; done
     sleep 4
+    mono() { python3 -c 'import time; print(time.monotonic())'; } # the clock the rounds are on
+    cut_t=$(mono)
     scripts/netlab.sh fail 0 0
     sleep 4
+    restore_t=$(mono)
     scripts/netlab.sh restore 0 0
     if ! wait "$spid" || ! wait "$rpid"; then
         echo "cut N=$n failed:" >&2
         tail -n 5 "$tmp/c0.$n" "$tmp/clog0.$n" "$tmp/clog1.$n" >&2
         exit 1
     fi
-    python3 - "$tmp/c0.$n" <<'PY'
-import json, sys
+    python3 - "$tmp/c0.$n" "$tmp/c1.$n" "$cut_t" "$restore_t" <<'PY'
+import json, re, sys
 d = next(json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"type":"fanout"'))
 s = [l for l in open(sys.argv[1]) if l.startswith('{"ok"')]
 assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
 r = d["recv"]
-print(f'{d["conns"]:6d} | {r["rounds"]:8d} {r["round_p50_us_per_conn"] * d["conns"] / 1e3:10.1f} | '
-      f'{r["worst_round_ms"]:10.1f} {r["worst_round_at_s"]:8.1f}s {r["worst_round_conn_p50_ms"]:14.1f} '
-      f'{r["worst_round_conn_p99_ms"]:14.1f}')
+rounds = [tuple(float(x) for x in m.groups()) for m in
+          (re.match(r"# round \d+ at (\S+) took (\S+) ms, connections p50 (\S+) p99 (\S+) ms", l)
+           for l in open(sys.argv[2])) if m]
+def slowest(t0, t1):
+    # The slowest round in progress at some time in [t0, t1].
+    hit = [x for x in rounds if x[0] < t1 and x[0] + x[1] / 1e3 > t0]
+    if not hit:
+        return f'{"-":>8} {"-":>8} {"-":>8}'
+    at, ms, p50, p99 = max(hit, key=lambda x: x[1])
+    return f"{ms:8.1f} {p50:8.1f} {p99:8.1f}"
+cut, restore = float(sys.argv[3]), float(sys.argv[4])
+print(f'{d["conns"]:6d} | {r["rounds"]:6d} {r["round_p50_us_per_conn"] * d["conns"] / 1e3:9.1f} | '
+      f'{slowest(cut, cut + 1)} | {slowest(restore, restore + 2)} | '
+      f'{r["worst_round_ms"]:8.1f} {r["worst_round_at_s"]:7.1f}s')
 PY
 done

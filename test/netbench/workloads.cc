@@ -603,6 +603,16 @@ void Bench::fanout_run()
         }
         const double dt = now_s() - t;
         if (it >= warmup) rounds.push_back(dt);
+        if (o_.duration_s > 0 && it >= warmup && !sender) {
+            // Each timed round for the record (bench_scale.sh finds the rounds a port cut and
+            // its restore fell in): its start on CLOCK_MONOTONIC, which every process of the
+            // host shares, and its connections' completion times.
+            std::vector<double> sorted = took;
+            std::sort(sorted.begin(), sorted.end());
+            auto at = [&](double q) { return sorted[static_cast<size_t>(q * static_cast<double>(n - 1))]; };
+            std::printf("# round %d at %.6f took %.3f ms, connections p50 %.3f p99 %.3f ms\n", it, t,
+                        dt * 1e3, n ? at(0.5) * 1e3 : 0.0, n ? at(0.99) * 1e3 : 0.0);
+        }
         if (it == warmup) first_round = t;
         if (it >= warmup && dt > worst) {
             worst = dt;
