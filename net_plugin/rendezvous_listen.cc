@@ -209,20 +209,28 @@ bool ListenHub::step_locked(std::unique_ptr<Arrival> &a, uint64_t now)
 int ListenHub::pump_locked(uint64_t now)
 {
     int rc = 0;
+    bool capped = false; // stopped at kMaxPending: what waits in a backlog raises no new edge
     for (ListenSocket &ls : listening_) {
-        while (pending_.size() < kMaxPending) {
+        for (;;) {
+            if (pending_.size() >= kMaxPending) {
+                capped = true;
+                break;
+            }
             sockaddr_storage ss;
             socklen_t len = sizeof(ss);
             const int fd = ::accept4(ls.fd.get(), reinterpret_cast<sockaddr *>(&ss), &len,
                                      SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) {
-                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-                    errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
-                    warn_fd_limit(errno, "an accepted connection"); // says so for EMFILE/ENFILE
-                    break; // nothing now, or transient: try again on the next pump
+                const int err = errno;
+                if (err == EMFILE || err == ENFILE) {
+                    warn_fd_limit(err, "an accepted connection");
+                    capped = true; // the connection waits: try again at the next tick
+                    break;
                 }
-                VLOG_WARN("dev %s: accept failed: %s", dev_name(ls.dev).c_str(), strerror(errno));
-                failed_[static_cast<size_t>(ls.dev)] = rc = -errno;
+                if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)
+                    break; // nothing now, or transient: try again on the next pump
+                VLOG_WARN("dev %s: accept failed: %s", dev_name(ls.dev).c_str(), strerror(err));
+                failed_[static_cast<size_t>(ls.dev)] = rc = -err;
                 break;
             }
             UniqueFd owned(fd);
@@ -236,7 +244,7 @@ int ListenHub::pump_locked(uint64_t now)
         if (a) step_locked(a, now);
     std::erase_if(pending_, [](const std::unique_ptr<Arrival> &a) { return !a; });
     std::erase_if(grouping_, [now](Listening *l) { return !l->expire(now); });
-    const bool want = !pending_.empty() || !grouping_.empty();
+    const bool want = capped || !pending_.empty() || !grouping_.empty();
     if (want && !ticking_.exchange(true)) ProgressEngine::instance().wake(this, now);
     ticking_.store(want);
     return rc;
