@@ -8,7 +8,8 @@
 # connection at once (every byte checked); then IDLE seconds with every connection open and
 # nothing posted. Per N and per side: the set-up time, a round's time per connection (median
 # and worst of the rounds), the process's CPU while idle (% of one core, getrusage of every
-# thread), resident memory per connection after set-up and after traffic (the workload's own
+# thread; idle_ over the whole phase, steady_ over its second half, once the connections that
+# carried the last round have parked), resident memory per connection after set-up and after traffic (the workload's own
 # buffers aside), and fds per connection. Then (CUT=1, the default) a second run per N:
 # rounds for 12 s, host 0's port 0 (the primary of half the connections) taken down after 4 s
 # and restored 4 s later: the slowest round in progress within 1 s of the cut and within 2 s
@@ -39,7 +40,8 @@ trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 
 echo "# fanout: N connections host 0 -> host 1, 2 ports each, spread backups; rounds of one 64 KiB"
 echo "# message per connection; then ${IDLE} s idle. recv = host 1's process, send = host 0's."
-printf '%6s | %9s %9s | %11s %11s | %9s %9s | %7s %7s | %9s %9s | %7s\n' conns idle_recv idle_send \
+printf '%6s | %9s %9s | %9s %9s | %11s %11s | %9s %9s | %7s %7s | %9s %9s | %7s\n' conns idle_recv idle_send \
+    steady_r steady_s \
     "KiB/c recv" "KiB/c send" "used recv" "used send" "fd/c r" "fd/c s" "round_us" "worst_us" setup_s
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.$n.sock"
@@ -60,7 +62,8 @@ d = next(json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"type":"fano
 s = [l for l in open(sys.argv[1]) if l.startswith('{"ok"')]
 assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
 r, t = d["recv"], d["send"]
-print(f'{d["conns"]:6d} | {r["idle_cpu_pct"]:8.1f}% {t["idle_cpu_pct"]:8.1f}% | {r["rss_kib_per_conn"]:11.1f} '
+print(f'{d["conns"]:6d} | {r["idle_cpu_pct"]:8.1f}% {t["idle_cpu_pct"]:8.1f}% | '
+      f'{r["idle_steady_cpu_pct"]:8.2f}% {t["idle_steady_cpu_pct"]:8.2f}% | {r["rss_kib_per_conn"]:11.1f} '
       f'{t["rss_kib_per_conn"]:11.1f} | {r["rss_used_kib_per_conn"]:9.1f} {t["rss_used_kib_per_conn"]:9.1f} | '
       f'{r["fds_per_conn"]:7.2f} {t["fds_per_conn"]:7.2f} | {r["round_p50_us_per_conn"]:9.1f} '
       f'{r["round_max_us_per_conn"]:9.1f} | {max(r["setup_s"], t["setup_s"]):7.2f}')

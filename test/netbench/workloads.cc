@@ -631,22 +631,29 @@ void Bench::fanout_run()
         std::printf("# fanout: idle for %.1f s\n", o_.idle_s);
         std::fflush(stdout);
     }
+    // Over the whole idle phase, and over its second half alone: the first second still has
+    // every connection that carried the last round settle (a last timer, then it parks).
     const double c0 = cpu_s(), w0 = now_s();
-    std::this_thread::sleep_for(std::chrono::duration<double>(o_.idle_s));
+    std::this_thread::sleep_for(std::chrono::duration<double>(o_.idle_s / 2));
+    const double c1 = cpu_s(), w1 = now_s();
+    std::this_thread::sleep_for(std::chrono::duration<double>(o_.idle_s / 2));
     const double idle_cpu = cpu_s() - c0, idle_wall = now_s() - w0;
+    const double steady_cpu = cpu_s() - c1, steady_wall = now_s() - w1;
     for (size_t c = 0; c < n; ++c) check_nccl(net_.dereg_mr(comms[c], mh[c]), "deregMr");
 
     std::sort(rounds.begin(), rounds.end());
     std::sort(worst_took.begin(), worst_took.end());
     auto pct = [&](double q) { return worst_took.empty() ? 0.0 : worst_took[static_cast<size_t>(q * static_cast<double>(worst_took.size() - 1))]; };
     struct Side {
-        double setup_s, round_p50_s, round_max_s, idle_cpu_pct, worst_p50_s, worst_p99_s, worst_at_s;
+        double setup_s, round_p50_s, round_max_s, idle_cpu_pct, steady_cpu_pct, worst_p50_s,
+            worst_p99_s, worst_at_s;
         uint64_t nrounds;
         uint64_t base_rss_kib, setup_rss_kib, used_rss_kib, base_fds, setup_fds;
     } mine{setup_s_,
            rounds.empty() ? 0 : rounds[rounds.size() / 2],
            rounds.empty() ? 0 : rounds.back(),
            idle_wall > 0 ? idle_cpu / idle_wall * 100 : 0,
+           steady_wall > 0 ? steady_cpu / steady_wall * 100 : 0,
            pct(0.5),
            pct(0.99),
            worst_at,
@@ -663,12 +670,12 @@ void Bench::fanout_run()
         char buf[1024];
         std::snprintf(buf, sizeof(buf),
                       "%s\"%s\":{\"setup_s\":%.3f,\"round_p50_us_per_conn\":%.2f,\"round_max_us_per_conn\":%.2f,"
-                      "\"idle_cpu_pct\":%.2f,\"rss_kib_per_conn\":%.1f,\"rss_used_kib_per_conn\":%.1f,"
+                      "\"idle_cpu_pct\":%.2f,\"idle_steady_cpu_pct\":%.2f,\"rss_kib_per_conn\":%.1f,\"rss_used_kib_per_conn\":%.1f,"
                       "\"fds_per_conn\":%.2f,\"base_rss_kib\":%" PRIu64 ",\"base_fds\":%" PRIu64 ","
                       "\"rounds\":%" PRIu64 ",\"worst_round_ms\":%.2f,\"worst_round_conn_p50_ms\":%.2f,"
                       "\"worst_round_conn_p99_ms\":%.2f,\"worst_round_at_s\":%.3f}",
                       r == 0 ? "" : ",", r == 0 ? "send" : "recv", x.setup_s, x.round_p50_s * 1e6 / per,
-                      x.round_max_s * 1e6 / per, x.idle_cpu_pct,
+                      x.round_max_s * 1e6 / per, x.idle_cpu_pct, x.steady_cpu_pct,
                       static_cast<double>(x.setup_rss_kib - std::min(x.setup_rss_kib, x.base_rss_kib)) / per,
                       static_cast<double>(x.used_rss_kib - std::min(x.used_rss_kib, x.base_rss_kib)) / per,
                       static_cast<double>(x.setup_fds - std::min(x.setup_fds, x.base_fds)) / per, x.base_rss_kib,
