@@ -36,8 +36,9 @@ namespace vigil::net {
  * Parked comms. A quiet comm (nothing in flight, every path up) that did not send its pairs'
  * probe has no timer work of its own: it parks (ProgressClient::kParked) and registers as a
  * sleeper on each of its pairs. The process's sweep (one engine timer, every probe
- * interval, O(pairs), coalesced with the probers' timers: ProgressEngine::kCoalesceNs) wakes one sleeper of a pair whose probes stopped for two intervals (its
- * prober closed or got busy elsewhere), which then probes and stays awake, and every sleeper
+ * interval, O(pairs), coalesced with the probers' timers: ProgressEngine::kCoalesceNs) wakes
+ * one sleeper of a pair whose probes stopped for two intervals (its prober closed or got busy
+ * elsewhere), which then probes and stays awake, and every sleeper
  * that watches the pair's silence (a sender's standby) once the pair heard nothing for its
  * stall timeout. A comm that turns busy wakes itself. So thousands of idle connections cost
  * their pairs' probers and the sweep, not a timer each.

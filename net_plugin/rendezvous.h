@@ -249,7 +249,7 @@ public:
     void arrive(std::unique_ptr<Arrival> a);
     /// True while set-up sockets are in flight.
     bool busy() const;
-    /// Listening sockets open (for tests and the scale benchmark's accounting).
+    /// Listening sockets open (for tests).
     size_t sockets() const;
 
     void on_ready() noexcept override;
@@ -345,7 +345,6 @@ public:
     /// True while set-up sockets are in flight at the hub, connections are half set up here,
     /// or rebuilt paths wait.
     bool busy();
-    ListenHub &hub() const { return *hub_; }
 
 private:
     friend class ListenHub;

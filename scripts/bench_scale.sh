@@ -9,8 +9,8 @@
 # nothing posted. Per N and per side: the set-up time, a round's time per connection (median
 # and worst of the rounds), the process's CPU while idle (% of one core, getrusage of every
 # thread; idle_ over the whole phase, steady_ over its second half, once the connections that
-# carried the last round have parked), resident memory per connection after set-up and after traffic (the workload's own
-# buffers aside), and fds per connection. Then (CUT=1, the default) a second run per N:
+# carried the last round have parked), resident memory per connection after set-up and after
+# traffic (the workload's own buffers aside), and fds per connection. Then (CUT=1, the default) a second run per N:
 # rounds for 12 s, host 0's port 0 (the primary of half the connections) taken down after 4 s
 # and restored 4 s later: the slowest round in progress within 1 s of the cut and within 2 s
 # of the restore, each connection's completion time in it (p50/p99 over the connections,
@@ -77,6 +77,7 @@ echo "# after it (failback waits VIGIL_FAILBACK_HOLD_MS): its time and its conne
 echo "# times p50/p99, ms; and the slowest round of the run (when it began, from the first round)"
 printf '%6s | %6s %9s | %8s %8s %8s | %8s %8s %8s | %8s %8s\n' conns rounds median_ms \
     cut_ms p50 p99 restore p50 p99 worst_ms worst_at
+mono() { python3 -c 'import time; print(time.monotonic())'; } # the clock the rounds are on
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.cut.$n.sock"
     scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
@@ -88,7 +89,6 @@ for n in $CONNS; do
     # The rounds start once every connection is up: the cut is timed from the first round.
     for _ in $(seq 600); do grep -q "^# fanout" "$tmp/c0.$n" 2>/dev/null && break; sleep 0.1; done
     sleep 4
-    mono() { python3 -c 'import time; print(time.monotonic())'; } # the clock the rounds are on
     cut_t=$(mono)
     scripts/netlab.sh fail 0 0
     sleep 4

@@ -52,6 +52,13 @@ size_t count_bad(const uint8_t *p, size_t n, uint64_t k)
     return bad;
 }
 
+// The q-quantile (0..1) of ascending `sorted`, nearest rank below; 0 when it is empty.
+double percentile(const std::vector<double> &sorted, double q)
+{
+    if (sorted.empty()) return 0;
+    return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
+}
+
 } // namespace
 
 // Ping-pong between ranks 0 and 1; rank 0 times each round trip and reports half of it.
@@ -609,9 +616,8 @@ void Bench::fanout_run()
             // host shares, and its connections' completion times.
             std::vector<double> sorted = took;
             std::sort(sorted.begin(), sorted.end());
-            auto at = [&](double q) { return sorted[static_cast<size_t>(q * static_cast<double>(n - 1))]; };
             std::printf("# round %d at %.6f took %.3f ms, connections p50 %.3f p99 %.3f ms\n", it, t,
-                        dt * 1e3, n ? at(0.5) * 1e3 : 0.0, n ? at(0.99) * 1e3 : 0.0);
+                        dt * 1e3, percentile(sorted, 0.5) * 1e3, percentile(sorted, 0.99) * 1e3);
         }
         if (it == warmup) first_round = t;
         if (it >= warmup && dt > worst) {
@@ -643,7 +649,7 @@ void Bench::fanout_run()
 
     std::sort(rounds.begin(), rounds.end());
     std::sort(worst_took.begin(), worst_took.end());
-    auto pct = [&](double q) { return worst_took.empty() ? 0.0 : worst_took[static_cast<size_t>(q * static_cast<double>(worst_took.size() - 1))]; };
+    auto pct = [&](double q) { return percentile(worst_took, q); };
     struct Side {
         double setup_s, round_p50_s, round_max_s, idle_cpu_pct, steady_cpu_pct, worst_p50_s,
             worst_p99_s, worst_at_s;
