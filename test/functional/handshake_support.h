@@ -410,11 +410,13 @@ inline void drive_accept(void *lc, int ms, int *produced, Pred done)
 }
 
 /// Drives accept() until the listener rejected `client` (a WARN naming its address and
-/// `why`), then a little longer to catch duplicates. Checks: exactly one such WARN, exactly
-/// one rejection of any kind, no recvComm, the client's connection closed by the listener.
-inline void expect_rejected(void *lc, RawClient &client, const char *why, int wait_ms = 2000)
+/// `why`), then a little longer to catch duplicates. Checks: exactly one such WARN since
+/// `mark`, exactly one rejection of any kind, no recvComm, the client's connection closed by
+/// the listener. Take `mark` before the client sends: the progress engine accepts and judges
+/// what arrives on the listening socket at once, before the test's next accept() call.
+inline void expect_rejected(void *lc, RawClient &client, const char *why, size_t mark,
+                            int wait_ms = 2000)
 {
-    const size_t mark = warn_mark();
     const std::string peer = client.local + ": "; // the WARN reads "from <peer>: <why>"
     int produced = 0;
     drive_accept(lc, wait_ms, &produced,

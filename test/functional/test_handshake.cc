@@ -105,26 +105,29 @@ TEST_CASE("raw clients sending garbage, a truncated hello or nothing are each re
 
     SECTION("garbage")
     {
+        const size_t mark = warn_mark();
         RawClient cl(ep);
         std::array<uint8_t, vn::tcp::Hello::kSize> junk;
         for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<uint8_t>(0xde ^ (i * 37));
         REQUIRE(vn::tcp::get_le(junk.data(), 4) != vn::tcp::Hello::kMagic);
         cl.send_all(junk.data(), junk.size());
-        expect_rejected(c.lc, cl, "bad magic");
+        expect_rejected(c.lc, cl, "bad magic", mark);
     }
     SECTION("truncated hello, then close")
     {
+        const size_t mark = warn_mark();
         RawClient cl(ep);
         auto b = hello_bytes(valid_hello(lh, 0x1234));
         cl.send_all(b.data(), 23);
         cl.close(); // expect_rejected skips the EOF check for a closed client
-        expect_rejected(c.lc, cl, "closed before completing its hello");
+        expect_rejected(c.lc, cl, "closed before completing its hello", mark);
     }
     SECTION("silent client")
     {
+        const size_t mark = warn_mark();
         RawClient cl(ep);
         const auto t0 = Clock::now();
-        expect_rejected(c.lc, cl, "no hello within", 3000);
+        expect_rejected(c.lc, cl, "no hello within", mark, 3000);
         const auto ms =
             std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
         CHECK(ms >= kTimeoutMs - 10);
@@ -132,6 +135,7 @@ TEST_CASE("raw clients sending garbage, a truncated hello or nothing are each re
     }
     SECTION("all three at once")
     {
+        const size_t mark = warn_mark(); // before they send: the engine judges at once
         RawClient garbage(ep), trunc(ep), silent(ep);
         std::array<uint8_t, vn::tcp::Hello::kSize> junk;
         junk.fill(0x5a);
@@ -139,7 +143,6 @@ TEST_CASE("raw clients sending garbage, a truncated hello or nothing are each re
         auto b = hello_bytes(valid_hello(lh, 0x4321));
         trunc.send_all(b.data(), 39);
         ::shutdown(trunc.fd, SHUT_WR);
-        const size_t mark = warn_mark();
         int produced = 0;
         drive_accept(c.lc, 3000, &produced, [&] { return count_since(mark, {kRejected}) >= 3; });
         drive_accept(c.lc, 30, &produced, [] { return false; });
@@ -160,9 +163,9 @@ TEST_CASE("raw clients sending garbage, a truncated hello or nothing are each re
         // and are heard (here: time out) once places free up. None is refused unheard.
         constexpr size_t kMax = vn::rendezvous::kMaxPending;
         constexpr size_t kExtra = 3;
+        const size_t mark = warn_mark(); // before they connect: the engine accepts at once
         std::vector<std::unique_ptr<RawClient>> flood;
         for (size_t i = 0; i < kMax + kExtra; ++i) flood.push_back(std::make_unique<RawClient>(ep));
-        const size_t mark = warn_mark();
         int produced = 0;
         drive_accept(c.lc, 6000, &produced,
                      [&] { return count_since(mark, {kRejected}) >= kMax + kExtra; });
@@ -224,10 +227,11 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
         INFO("case: " << k.name);
         vn::tcp::Hello h = valid_hello(lh, 0xabcdef01);
         k.edit(h);
+        const size_t mark = warn_mark();
         RawClient cl(ep);
         auto b = hello_bytes(h);
         cl.send_all(b.data(), b.size());
-        expect_rejected(c.lc, cl, k.why);
+        expect_rejected(c.lc, cl, k.why, mark);
     }
 
     SECTION("a second stream claiming an index already taken")
@@ -239,8 +243,9 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
         first.send_all(b.data(), b.size());
         int produced = 0;
         drive_accept(c.lc, 50, &produced, [] { return false; });
+        const size_t dup_mark = warn_mark();
         dup.send_all(b.data(), b.size());
-        expect_rejected(c.lc, dup, "duplicate stream index");
+        expect_rejected(c.lc, dup, "duplicate stream index", dup_mark);
         // The incomplete path is dropped after the handshake timeout, closing `first`.
         const size_t mark = warn_mark();
         drive_accept(c.lc, 3000, &produced,
@@ -263,8 +268,9 @@ TEST_CASE("hellos with the right nonce but hostile fields are rejected, naming t
         int produced = 0;
         drive_accept(c.lc, 50, &produced, [] { return false; });
         auto b1 = hello_bytes(h1);
+        const size_t mark = warn_mark();
         s1.send_all(b1.data(), b1.size());
-        expect_rejected(c.lc, s1, "differs from its connection's first stream");
+        expect_rejected(c.lc, s1, "differs from its connection's first stream", mark);
         CHECK(produced == 0);
     }
     SECTION("positive control: a valid hello dribbled one byte at a time is accepted")
