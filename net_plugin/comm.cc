@@ -3,7 +3,10 @@
 // error, and path identities.
 #include "comm.h"
 
+#include <array>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 #include "clock.h"
 #include "log.h"
@@ -169,7 +172,8 @@ void Comm::on_tick() noexcept
     // A quiet comm's fds wake the engine for whatever arrives (wake_ is set: nobody polls
     // it), so its tick is only its timers: no I/O pass over its paths.
     probed_ = false;
-    if (wake_ && quiet_locked()) quiet_tick_locked(now);
+    // A port event noted for it (note_port_down) takes the full pass, which acts on it first.
+    if (wake_ && quiet_locked() && ports_down_.load(std::memory_order_relaxed) == 0) quiet_tick_locked(now);
     else engine_progress_locked();
     // A quiet comm's next timer work is a probe interval away if it probes a port pair; else
     // it parks, and the sweep wakes it for its pairs' probes and silence (port_pairs.h). A
@@ -218,6 +222,45 @@ void Comm::settle_timer_locked() noexcept
     const uint64_t at = now_ns() + quiet_period_ns(false);
     next_timer_ns_.store(at, std::memory_order_relaxed);
     ProgressEngine::instance().wake(this, at);
+}
+
+namespace {
+
+// What took each device down, for the failovers note_port_down() leads to.
+std::mutex g_cause_mu;
+std::array<std::string, 64> g_causes;
+
+} // namespace
+
+void Comm::set_port_down_cause(int dev, const std::string &cause)
+{
+    if (dev < 0 || dev >= 64) return;
+    std::lock_guard<std::mutex> g(g_cause_mu);
+    g_causes[static_cast<size_t>(dev)] = cause;
+}
+
+void Comm::note_port_down(int dev) noexcept
+{
+    if (dev < 0 || dev >= 64) return;
+    ports_down_.fetch_or(uint64_t{1} << dev, std::memory_order_release);
+    wake_timer();
+}
+
+void Comm::take_port_events_locked() noexcept
+{
+    if (ports_down_.load(std::memory_order_relaxed) == 0) return;
+    uint64_t m = ports_down_.exchange(0, std::memory_order_acquire);
+    while (m != 0) {
+        const int dev = __builtin_ctzll(m);
+        m &= m - 1;
+        std::string cause;
+        {
+            std::lock_guard<std::mutex> g(g_cause_mu);
+            cause = g_causes[static_cast<size_t>(dev)];
+        }
+        if (cause.empty()) cause = "port down (dev " + std::to_string(dev) + ")";
+        port_down_locked(dev, cause);
+    }
 }
 
 void Comm::wake_timer() noexcept

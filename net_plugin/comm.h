@@ -162,13 +162,31 @@ public:
     /// a memory registration for this comm must cover.
     const std::array<int, kMaxPaths> &devices() const { return devs_; }
 
+    /// A port event: local device `dev` (0..63) went down. Notes it for the comm to act on
+    /// (port_down_locked) first thing in its next progress, on whichever thread runs that:
+    /// the application's test() or an engine tick, which this brings forward. The thread that
+    /// saw the event tells thousands of comms in microseconds each, without taking their
+    /// locks or doing their failovers one after another while the watchdogs of the last ones
+    /// run out. Lock-free; any thread. The failover names set_port_down_cause()'s text.
+    void note_port_down(int dev) noexcept;
+    /// What took device `dev` down ("port eth0 down (netlink)"), for the failovers that
+    /// note_port_down() leads to; set before noting. Thread-safe (a leaf lock).
+    static void set_port_down_cause(int dev, const std::string &cause);
+
 protected:
     explicit Comm(const std::array<int, kMaxPaths> &devs) : devs_(devs) {}
     /// Brings the comm's timer work to the next engine tick, parked or not (a pair's sweep,
     /// a rebuilt path that arrived). Any thread, with or without mu_; takes no comm lock.
     void wake_timer() noexcept;
-    /// Progress every path; called with mu_ held.
+    /// Progress every path; called with mu_ held. Implementations begin with
+    /// take_port_events_locked().
     virtual void progress_locked() noexcept = 0;
+    /// port_down_locked() for each device note_port_down() noted since the last call. Called
+    /// with mu_ held.
+    void take_port_events_locked() noexcept;
+    /// A local port went down: leave every path of this connection on `dev`, naming `cause`.
+    /// Called with mu_ held; the caller runs progress next.
+    virtual void port_down_locked(int dev, const std::string &cause) noexcept = 0;
     /// SendPath/RecvPath::rearm(arm) of every live path; called with mu_ held, from the engine.
     virtual void rearm_locked(bool arm) noexcept = 0;
     /// What the engine does for this comm, on an fd event and on a tick: rearm_locked(wake_),
@@ -281,6 +299,8 @@ protected:
     /// An engine thread saw this comm's fds ready but found mu_ taken (several engine threads
     /// only): the next holder progresses once more after letting go.
     std::atomic<bool> kick_{false};
+    /// Devices noted down (note_port_down), bit d for device d, not yet acted on.
+    std::atomic<uint64_t> ports_down_{0};
     /// Whether the engine wants to be woken by this comm's fds (their epoll interest, and
     /// rearm's `arm`); decided at each timer tick from polled_. Under mu_.
     bool wake_ = true;

@@ -32,6 +32,12 @@ void SendComm::fail_active(const std::string &cause, bool sabotage) noexcept
 void SendComm::port_down(int dev, const std::string &cause) noexcept
 {
     Locked g(*this);
+    port_down_locked(dev, cause);
+    progress_locked();
+}
+
+void SendComm::port_down_locked(int dev, const std::string &cause) noexcept
+{
     // The standby first, so a failover never lands on a path that is going down too.
     for (int i : {kBackup, kPrimary})
         if (paths_[i].alive() && paths_[i].state != SlotState::kActive &&
@@ -39,7 +45,6 @@ void SendComm::port_down(int dev, const std::string &cause) noexcept
             failover_locked(i, cause);
     for (int i : {kBackup, kPrimary})
         if (paths_[i].alive() && paths_[i].path->identity().dev == dev) failover_locked(i, cause);
-    progress_locked();
 }
 
 void SendComm::port_up(int dev) noexcept

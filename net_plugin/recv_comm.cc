@@ -83,6 +83,7 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
         return -EINVAL;
     }
     Locked g(*this);
+    take_port_events_locked(); // no CTS goes out on a path whose port went down
     if (int e = error_.load(std::memory_order_relaxed)) return e;
     if (peer_closed_) {
         fail_locked(-ECONNRESET, describe() + ": irecv after the sender closed the connection");
@@ -450,6 +451,7 @@ void RecvComm::goodbye_locked() noexcept
 
 void RecvComm::progress_locked() noexcept
 {
+    take_port_events_locked();
     // One clock read per call: a caller spinning on test() calls this in a tight loop.
     const uint64_t now = now_ns();
     for (int i = 0; i < kMaxPaths; ++i) {

@@ -108,7 +108,8 @@ public:
     /// The local port of path `slot` failed: ask the sender to leave it (through another
     /// live path) and stop using it. Thread-safe.
     void fail_path(int slot, const std::string &cause) noexcept;
-    /// A local port went down: fail_path() for every path on `dev`. Thread-safe.
+    /// A local port went down: fail_path() for every path on `dev`, now (the process's port
+    /// events use note_port_down() instead). Thread-safe.
     void port_down(int dev, const std::string &cause) noexcept;
 
     std::string describe() const;
@@ -213,6 +214,7 @@ private:
     void progress_flushes_locked() noexcept;
     bool quiet_locked() const noexcept override;
     void quiet_tick_locked(uint64_t now) noexcept override;
+    void port_down_locked(int dev, const std::string &cause) noexcept override;
     /// No silence verdict while quiet (judge_path_locked): pairs are slept on for the probes.
     int pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept override;
     const FailoverConfig &failover_config() const noexcept override { return cfg_; }

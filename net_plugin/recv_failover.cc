@@ -94,6 +94,12 @@ void RecvComm::fail_path(int slot, const std::string &cause) noexcept
 void RecvComm::port_down(int dev, const std::string &cause) noexcept
 {
     Locked g(*this);
+    port_down_locked(dev, cause);
+    progress_locked();
+}
+
+void RecvComm::port_down_locked(int dev, const std::string &cause) noexcept
+{
     for (int slot = 0; slot < kMaxPaths; ++slot) {
         if (!paths_[slot].live() || paths_[slot].path->identity().dev != dev) continue;
         for (int i = 0; i < kMaxPaths; ++i)
@@ -101,7 +107,6 @@ void RecvComm::port_down(int dev, const std::string &cause) noexcept
                 paths_[i].path->request_failover(static_cast<uint32_t>(slot));
         lose_path_locked(slot, cause, RecvSlotState::kLost);
     }
-    progress_locked();
 }
 
 void RecvComm::lose_path_locked(int i, const std::string &why, RecvSlotState to) noexcept

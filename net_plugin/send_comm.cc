@@ -218,6 +218,7 @@ int SendComm::isend(const void *data, size_t size, int tag, MemRegion *mr, Reque
     int rc;
     {
         Locked g(*this);
+        take_port_events_locked(); // nothing is posted to a path whose port went down
         take_events_locked(phandle, &ev);
         rc = isend_locked(data, size, tag, mr, out);
     }
@@ -625,6 +626,7 @@ bool SendComm::act_locked() noexcept
 
 void SendComm::progress_locked() noexcept
 {
+    take_port_events_locked();
     // One clock read per call unless something was posted or a path changed state: a caller
     // spinning on test() calls this in a tight loop.
     const uint64_t now = now_ns();

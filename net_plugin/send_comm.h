@@ -112,7 +112,8 @@ public:
     void fail_path(int slot, const std::string &cause, bool sabotage) noexcept;
     /// fail_path() of whichever path is active. Thread-safe.
     void fail_active(const std::string &cause, bool sabotage) noexcept;
-    /// A local port went down: leave every path of this connection on `dev`. Thread-safe.
+    /// A local port went down: leave every path of this connection on `dev` now (the
+    /// process's port events use note_port_down() instead). Thread-safe.
     void port_down(int dev, const std::string &cause) noexcept;
     /// A local port came back: rebuild dead paths on `dev` now, not after their backoff.
     void port_up(int dev) noexcept;
@@ -261,6 +262,7 @@ private:
     void watchdogs_locked(uint64_t now) noexcept;
     bool quiet_locked() const noexcept override;
     void quiet_tick_locked(uint64_t now) noexcept override { watchdogs_locked(now); }
+    void port_down_locked(int dev, const std::string &cause) noexcept override;
     /// A standby's pair is watched for silence while parked (watchdogs_locked()).
     int pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept override;
     const FailoverConfig &failover_config() const noexcept override { return cfg_; }

@@ -11,6 +11,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <string>
 #include <cerrno>
 #include <cstdint>
 #include <fcntl.h>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "clock.h"
+#include "log.h"
 #include "fake_fabric.h"
 #include "socket_conn.h"
 #include "traffic.h"
@@ -600,6 +604,84 @@ TEST_CASE("a port going down moves both ends off its device", "[failover]")
     CHECK(n.send->stats().failovers == 1);
     t.run();
     CHECK(n.backup().bytes_written == 1200);
+    n.check_posting();
+}
+
+namespace {
+
+// The WARN lines logged while one is alive (the logger is process-wide: one at a time).
+std::vector<std::string> g_port_warns;
+void port_warn_logger(ncclDebugLogLevel level, unsigned long, const char *, int, const char *fmt, ...)
+{
+    if (level != NCCL_LOG_WARN) return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    g_port_warns.emplace_back(buf);
+}
+struct PortWarns {
+    PortWarns()
+    {
+        g_port_warns.clear();
+        vigil::log::set_logger(&port_warn_logger);
+    }
+    ~PortWarns() { vigil::log::set_logger(nullptr); }
+    bool any(const std::string &part) const
+    {
+        return std::any_of(g_port_warns.begin(), g_port_warns.end(),
+                           [&](const std::string &w) { return w.find(part) != std::string::npos; });
+    }
+};
+
+} // namespace
+
+TEST_CASE("a noted port event is acted on at the comm's next progress, with its cause",
+          "[failover]")
+{
+    // The process's port events only note the device on each comm (the event thread tells
+    // thousands of them without their locks); the comm fails over first thing in its next
+    // progress, on whichever thread runs it. These comms have no engine thread: only this
+    // test's calls progress them.
+    Net n(config());
+    Traffic t(*n.send, *n.recv);
+    auto one = [&] {
+        const int id = t.next_id();
+        t.recv({512}, {7}, {id});
+        t.send(300, 7);
+    };
+    one();
+    t.run();
+    PortWarns warns;
+    vn::Comm::set_port_down_cause(10, "port test-eth0 down (test event)");
+    n.send->note_port_down(10);
+    n.recv->note_port_down(10);
+    n.send->note_port_down(64); // no such bit: ignored
+    n.send->note_port_down(-1);
+    CHECK(n.send->stats().failovers == 0); // noted, not yet acted on
+    CHECK(n.send->active_dev() == 10);
+
+    one(); // isend and test() progress both comms
+    t.run();
+    CHECK(n.send->stats().failovers == 1);
+    CHECK(n.send->stats().generation == 2);
+    CHECK(n.send->active_dev() == 11);
+    CHECK(warns.any("port test-eth0 down (test event)"));
+    CHECK(n.primary().posted.size() == 1); // message 0 only: message 1 went over the backup
+    CHECK(n.backup().bytes_written > 0);
+
+    // Noted again for a device already left: nothing more; a second device: no path left,
+    // the connection waits for a rebuild (none here) without an error while it may come.
+    n.send->note_port_down(10);
+    one();
+    t.run();
+    CHECK(n.send->stats().failovers == 1);
+    vn::Comm::set_port_down_cause(11, "port test-eth1 down (test event)");
+    n.send->note_port_down(11);
+    t.poll();
+    CHECK(n.send->active_dev() == -1);
+    CHECK(warns.any("port test-eth1 down (test event)"));
     n.check_posting();
 }
 

@@ -438,6 +438,7 @@ protected:
     bool quiet_locked() const noexcept override { return quiet.load(); }
     uint64_t quiet_period_ns(bool) const noexcept override { return kTimerNs; }
     void quiet_tick_locked(uint64_t) noexcept override { quiet_ticks.fetch_add(1); }
+    void port_down_locked(int, const std::string &) noexcept override {}
     int pair_uses_locked(std::array<PairUse, vn::kMaxPaths> *out) const noexcept override
     {
         if (!pair) return 0;
