@@ -12,9 +12,12 @@
 # carried the last round have parked), resident memory per connection after set-up and after
 # traffic (the workload's own buffers aside), and fds per connection. Then (CUT=1, the default) a second run per N:
 # rounds for 12 s, host 0's port 0 (the primary of half the connections) taken down after 4 s
-# and restored 4 s later: the slowest round in progress within 1 s of the cut and within 2 s
-# of the restore, each connection's completion time in it (p50/p99 over the connections,
-# receiver's view), against the median round: what a port failure under load costs at N.
+# and restored 4 s later. The failover time: from the cut to each connection's message landing
+# (the receiver's view of the first replayed message; its ack follows), p50/p99 over the
+# connections whose message was in flight at the cut, beside the same figure for the rounds
+# before the cut taken at the same point of the round (what those connections needed anyway,
+# healthy). And the slowest round in progress within 2 s of the restore, against the median
+# round: what a port failure under load costs at N.
 # Usage: scripts/bench_scale.sh   (CONNS="64 512 2048 4096", IDLE=10, PLUGIN=path of another
 # build's libnccl-net-vigil.so to compare; run as root)
 # Environment passes through to the plugin (VIGIL_PROBE_INTERVAL_MS, VIGIL_MULTIPATH, ...).
@@ -71,12 +74,14 @@ PY
 done
 ((CUT)) || exit 0
 echo
-echo "# port cut under load: host 0 port 0 down at 4 s, up at 8 s, rounds for 12 s; receiver's view:"
-echo "# the slowest round in progress from the cut to 1 s after it, and from the restore to 2 s"
-echo "# after it (failback waits VIGIL_FAILBACK_HOLD_MS): its time and its connections' completion"
-echo "# times p50/p99, ms; and the slowest round of the run (when it began, from the first round)"
-printf '%6s | %6s %9s | %8s %8s %8s | %8s %8s %8s | %8s %8s\n' conns rounds median_ms \
-    cut_ms p50 p99 restore p50 p99 worst_ms worst_at
+echo "# port cut under load: host 0 port 0 down at 4 s, up at 8 s, rounds for 12 s; receiver's view."
+echo "# failover: from the cut to each in-flight connection's message landing, ms, p50/p99 over the"
+echo "# connections in flight at the cut (inflight); healthy: the same point of the rounds before"
+echo "# the cut; restore: the slowest round in progress within 2 s of the restore (failback waits"
+echo "# VIGIL_FAILBACK_HOLD_MS), its time and its connections' completion times p50/p99, ms; and the"
+echo "# slowest round of the run (when it began, from the first round)"
+printf '%6s | %6s %9s | %8s %8s %8s | %8s %8s | %8s %8s %8s | %8s %8s\n' conns rounds median_ms \
+    inflight fo_p50 fo_p99 ok_p50 ok_p99 restore p50 p99 worst_ms worst_at
 mono() { python3 -c 'import time; print(time.monotonic())'; } # the clock the rounds are on
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.cut.$n.sock"
@@ -105,9 +110,30 @@ d = next(json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"type":"fano
 s = [l for l in open(sys.argv[1]) if l.startswith('{"ok"')]
 assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
 r = d["recv"]
+lines = open(sys.argv[2]).read().splitlines()
 rounds = [tuple(float(x) for x in m.groups()) for m in
-          (re.match(r"# round \d+ at (\S+) took (\S+) ms, connections p50 (\S+) p99 (\S+) ms", l)
-           for l in open(sys.argv[2])) if m]
+          (re.match(r"# round (\d+) at (\S+) took (\S+) ms, connections p50 (\S+) p99 (\S+) ms", l)
+           for l in lines) if m]
+took = {int(l.split()[2]): [float(x) for x in l.split()[3:]] for l in lines if l.startswith("# took ")}
+rounds = [x[1:] for x in rounds] # (at, ms, p50, p99), in order
+ids = [int(m.group(1)) for m in (re.match(r"# round (\d+) at", l) for l in lines) if m]
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+def after(k, off_ms):
+    # Each connection of round k still in flight `off_ms` into the round: how much longer it took.
+    return [x - off_ms for x in took[ids[k]] if x > off_ms]
+def failover(cut):
+    # The first round that ends after the cut (the cut may fall between two rounds: all of the
+    # next one's connections are then in flight from its start).
+    k = next((i for i, x in enumerate(rounds) if x[0] + x[1] / 1e3 > cut), None)
+    if k is None:
+        return f'{"-":>8} {"-":>8} {"-":>8} | {"-":>8} {"-":>8}'
+    off = (cut - rounds[k][0]) * 1e3
+    hit = after(k, off)
+    ok = [y for i in range(1, k) for y in after(i, max(off, 0.0))] # round 0 aside: warm-up
+    f = lambda v, q: f"{pct(v, q):8.1f}" if v else f'{"-":>8}'
+    return f"{len(hit):8d} {f(hit, 0.5)} {f(hit, 0.99)} | {f(ok, 0.5)} {f(ok, 0.99)}"
 def slowest(t0, t1):
     # The slowest round in progress at some time in [t0, t1].
     hit = [x for x in rounds if x[0] < t1 and x[0] + x[1] / 1e3 > t0]
@@ -117,7 +143,7 @@ def slowest(t0, t1):
     return f"{ms:8.1f} {p50:8.1f} {p99:8.1f}"
 cut, restore = float(sys.argv[3]), float(sys.argv[4])
 print(f'{d["conns"]:6d} | {r["rounds"]:6d} {r["round_p50_us_per_conn"] * d["conns"] / 1e3:9.1f} | '
-      f'{slowest(cut, cut + 1)} | {slowest(restore, restore + 2)} | '
+      f'{failover(cut)} | {slowest(restore, restore + 2)} | '
       f'{r["worst_round_ms"]:8.1f} {r["worst_round_at_s"]:7.1f}s')
 PY
 done

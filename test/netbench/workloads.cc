@@ -618,6 +618,11 @@ void Bench::fanout_run()
             std::sort(sorted.begin(), sorted.end());
             std::printf("# round %d at %.6f took %.3f ms, connections p50 %.3f p99 %.3f ms\n", it, t,
                         dt * 1e3, percentile(sorted, 0.5) * 1e3, percentile(sorted, 0.99) * 1e3);
+            // Every connection's completion time, ms from the round's start, in connection
+            // order: bench_scale.sh times each one from a port cut that fell in the round.
+            std::printf("# took %d", it);
+            for (double x : took) std::printf(" %.3f", x * 1e3);
+            std::printf("\n");
         }
         if (it == warmup) first_round = t;
         if (it >= warmup && dt > worst) {
