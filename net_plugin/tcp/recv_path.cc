@@ -206,7 +206,7 @@ TcpRecvPath::Step TcpRecvPath::end_frame(Stream &s, RecvSink &sink, PathStatus *
         fail(st, rc, "frame seq " + std::to_string(s.h.seq) + " carries more bytes than its message", true);
         return Step::kStop;
     }
-    if (rc > 0 && s.h.len > 0) note_landed(s.h.seq, s.h.len, s.h.gen);
+    if (rc > 0 && s.h.len > 0) note_landed(s.h.seq, s.h.len, s.h.gen, s.rx_ns);
     return Step::kMore;
 }
 
@@ -222,17 +222,19 @@ void TcpRecvPath::queue_back(const BackHeader &h, const uint8_t *payload, size_t
     if (n > 0) std::memcpy(out_.data() + at + BackHeader::kSize, payload, n);
 }
 
-void TcpRecvPath::note_landed(uint64_t seq, uint32_t len, uint32_t gen)
+void TcpRecvPath::note_landed(uint64_t seq, uint32_t len, uint32_t gen, uint64_t rx_ns)
 {
     if (nlanded_ > 0) { // the frames of one message mostly land one after another
         Landed &last = landed_[nlanded_ - 1];
         if (last.seq == seq && last.gen == gen && last.bytes <= UINT32_MAX - len) {
             last.bytes += len;
+            landed_rx_ns_ = std::max(landed_rx_ns_, rx_ns);
             return;
         }
     }
     if (nlanded_ == landed_.size()) queue_landed();
     landed_[nlanded_++] = Landed{seq, len, gen};
+    landed_rx_ns_ = std::max(landed_rx_ns_, rx_ns);
 }
 
 void TcpRecvPath::queue_landed()
@@ -240,9 +242,15 @@ void TcpRecvPath::queue_landed()
     if (nlanded_ == 0) return;
     std::array<uint8_t, BackHeader::kMaxBytes - BackHeader::kSize> p;
     BackHeader h;
-    encode_landed(landed_.data(), nlanded_, realtime_ns(), &h, p.data());
+    // Stamped with when the newest landed byte reached this host, not when this thread got to
+    // read it: a receiving process kept off the CPU (a busy host) delays the read, which is
+    // not the path's time. The sender counts the stamp's distance to the report's arrival
+    // beyond its floor as the report's lateness (ReturnDelay), and dates the landings that
+    // much earlier.
+    encode_landed(landed_.data(), nlanded_, landed_rx_ns_ != 0 ? landed_rx_ns_ : realtime_ns(), &h, p.data());
     queue_back(h, p.data(), h.payload());
     nlanded_ = 0;
+    landed_rx_ns_ = 0;
 }
 
 void TcpRecvPath::advertise(const CtsGroup &g)

@@ -15,9 +15,11 @@ namespace vigil::net::tcp {
  * a path that carries one piece at a time then measures the queue on the way back, not the
  * path, and the striper, which reads the same rate, keeps feeding it small pieces.
  *
- * Each report carries the receiver's CLOCK_REALTIME when it was queued; the sender takes the
- * kernel's arrival stamp (CLOCK_REALTIME of its own host). Their difference is the trip plus
- * the offset of the two clocks, which need not agree. The least difference over the last
+ * Each report carries the receiver's CLOCK_REALTIME when the newest byte it covers reached
+ * the receiving host (the kernel's receive stamp), so a receiving process kept off the CPU
+ * counts as lateness too; the sender takes the kernel's arrival stamp (CLOCK_REALTIME of its
+ * own host). Their difference is the receiver's delay in reading, the trip, and the offset of
+ * the two clocks, which need not agree. The least difference over the last
  * 5-10 s (a windowed minimum in two buckets of kBucketNs, as BBR's min-RTT filter and
  * LEDBAT's base delay) is that offset plus the trip's floor; what a report's difference
  * exceeds it by is how long it queued on the way back (or sat in the receiver's back-channel

@@ -232,10 +232,13 @@ private:
     bool on_header(Stream &s, RecvSink &sink, PathStatus *st);
     void queue_back(const BackHeader &h, const uint8_t *payload, size_t n);
     void flush_back(PathStatus *st);
-    /// `len` counted bytes of message `seq` (generation `gen`) landed on this path: reported
-    /// to the sender with the next flush_back(), coalesced per message.
-    void note_landed(uint64_t seq, uint32_t len, uint32_t gen);
-    /// Queues the landings noted so far as one kLanded message.
+    /// `len` counted bytes of message `seq` (generation `gen`) landed on this path, the newest
+    /// of them having reached this host at `rx_ns` (the kernel's CLOCK_REALTIME receive
+    /// stamp, 0: unknown): reported to the sender with the next flush_back(), coalesced per
+    /// message.
+    void note_landed(uint64_t seq, uint32_t len, uint32_t gen, uint64_t rx_ns);
+    /// Queues the landings noted so far as one kLanded message, stamped with when their
+    /// newest byte reached this host.
     void queue_landed();
 
     std::vector<Stream> streams_;
@@ -245,6 +248,9 @@ private:
     // Wait time: CLOCK_REALTIME arrival of the newest payload landed since the last ack, and the
     // end of the previous progress() (CLOCK_MONOTONIC).
     uint64_t newest_rx_ns_ = 0;
+    // The kernel's receive stamp (CLOCK_REALTIME) of the newest byte of the landings noted
+    // since the last report; 0: none, or unknown.
+    uint64_t landed_rx_ns_ = 0;
     uint64_t last_pass_ns_;   // when the last progress() ended
     uint64_t prev_pass_ns_;   // ... and the one before it: bounds an ack's delay (flush_back)
     bool heartbeat_pending_ = false;

@@ -158,9 +158,12 @@ struct FrameHeader {
 /// A kLanded header (since version 4) is followed by `count` entries of 16 bytes, each payload
 /// bytes this path placed and counted for a message since the previous report:
 ///   [0,8) seq  [8,12) bytes  [12,16) the generation of the frames that brought them.
-/// Its `value` is the receiver's CLOCK_REALTIME (ns) when it queued the report, so the sender
-/// can tell how long the report took on the way back (ReturnDelay); 0: not stamped (a
-/// receiver before this field, which it ignores), the report is dated by its arrival.
+/// Its `value` is the receiver's CLOCK_REALTIME (ns) when the newest byte the report covers
+/// reached the receiving host (the kernel's SO_TIMESTAMPNS receive stamp; when the kernel gave
+/// none, when the receiver queued the report), so the sender can tell how long after landing
+/// the report came back (ReturnDelay): the receiving process's own delay in reading it and the
+/// way back. 0: not stamped (a receiver before this field, which it ignores), the report is
+/// dated by its arrival.
 /// A cumulative ack says what the receiver holds whichever path brought it; a landed report
 /// says what came over this path, so the sender can end a path's share of a message when its
 /// own pieces land (a fast path striping beside a slow one is not charged the slow one's

@@ -259,6 +259,64 @@ TEST_CASE("tcp path: a landed report says how much longer than its floor it took
     CHECK(report(0) == 0);
 }
 
+namespace {
+
+// Counts every frame's bytes as they land (so the path reports them) and acks each message.
+struct CountingSink final : vn::RecvSink {
+    vn::RecvPath *path = nullptr;
+    std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 20);
+    vn::Placement locate(uint32_t, uint64_t, int32_t, uint64_t, int) override
+    {
+        return vn::Placement{vn::Placement::kPlace, buf.data(), 0};
+    }
+    bool still_wanted(uint32_t, uint64_t) override { return true; }
+    int landed(uint64_t seq, uint64_t len, uint32_t gen) override
+    {
+        path->ack(seq + 1, gen);
+        return static_cast<int>(len);
+    }
+    void generation(uint32_t, uint64_t, int, uint64_t) override {}
+    int whole(uint32_t, uint64_t, int32_t, uint64_t, int) override { return -EPROTO; }
+    int whole_short(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
+    int piece(uint32_t, uint64_t, int, uint64_t, int) override { return -EPROTO; }
+    int piece_last(uint32_t, uint64_t, int32_t, uint64_t, int, uint64_t) override { return -EPROTO; }
+};
+
+} // namespace
+
+TEST_CASE("tcp path: a landing is dated when its bytes reached the host, not when the receiver "
+          "read them",
+          "[telemetry][wait]")
+{
+    // A receiving process kept off the CPU (a busy host) reads late; that is not the path's
+    // time. The landed report carries the kernel's receive stamp of its newest byte, so the
+    // sender counts the reader's delay as the report's lateness and dates the landing earlier.
+    TcpPath p(1);
+    CountingSink rs;
+    rs.path = p.recv.get();
+    LateSink ss;
+    const std::vector<uint8_t> data(8192, 0x5a); // fits the socket buffers: written at once
+    auto deliver = [&](uint64_t seq, int read_after_ms) {
+        p.send->post(message(seq, data.data(), data.size()));
+        REQUIRE(p.send->progress(ss).error == 0);
+        REQUIRE(p.send->idle());
+        sleep_ms(read_after_ms); // the data waits in the receiver's socket
+        REQUIRE(p.recv->progress(rs).error == 0);
+        const size_t before = ss.late.size();
+        for (int i = 0; i < 2000 && ss.late.size() == before; ++i) {
+            REQUIRE(p.send->progress(ss).error == 0);
+            if (ss.late.size() == before) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        REQUIRE(ss.late.size() == before + 1);
+        return ss.late.back();
+    };
+    CHECK(deliver(0, 0) < 20 * kMsNs); // read at once: about the floor
+    const uint64_t late = deliver(1, 60);
+    INFO("late " << late / 1e6 << " ms");
+    CHECK(late >= 55 * kMsNs); // the 60 ms the bytes waited for their reader
+    CHECK(late < 60 * kMsNs + 2000 * kMsNs);
+}
+
 TEST_CASE("tcp path: acks carry how long the data waited for its reader", "[telemetry][wait]")
 {
     TcpPath p(2);
