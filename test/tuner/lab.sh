@@ -74,10 +74,10 @@ echo "host 2 port 0 cut after iteration $cut of $iters"
 [[ $(json_get "$out" tuner_api) == 7 ]] || fail "expected ncclTunerPlugin_v7 from the net library"
 
 # Every rank logs the same view changes (block and view), in the same order; one of them,
-# at a block after the cut, is to a view of reduced bandwidth: at most 0.5 with
-# VIGIL_MULTIPATH=0 (as meson runs it: the slow port paces the ring); with multipath the cut
-# port's connections also use their other port, so host 2 keeps about (1 + 1/4) / 2 of its
-# bandwidth and the view says at most 0.65.
+# at a block after the cut, is to a view of reduced bandwidth: with multipath (the default)
+# the cut port's connections also use their other port, so host 2 keeps about (1 + 1/4) / 2
+# of its bandwidth and the view says at most 0.65; at most 0.5 with VIGIL_MULTIPATH=0 (the
+# slow port paces the ring).
 changes() { { grep -o 'view change at block .*, proposed by' "$1" || true; } | sed 's/, proposed by$//'; }
 # On failure, what each rank's plugins said about paths and views.
 diagnose() {
@@ -101,4 +101,12 @@ hit=$(awk -v lim="$limit" -v cut="$cut" '$5 + 0 > cut {
         for (i = 1; i <= NF; ++i) if ($i ~ /^(degraded|failover)$/ && $(i + 1) + 0 <= lim) { print; exit } }' "$TMP/changes.0")
 [[ -n $hit ]] || { diagnose; fail "no view change to at most $limit of the bandwidth after the port was cut after iteration $cut"; }
 grep -q "path degraded" "$out".err.* || fail "no rank's net plugin judged a path degraded"
+# The truth of it: every path flagged crosses the cut port (host 2's port 0, at either end),
+# and the view leaves healthy for the fault and settles (at most 3 view changes).
+cut_addr=$("$NETLAB_SH" addr 2 0)
+if grep -h "path degraded:" "$out".err.* | grep -v -- " $cut_addr:" >&2; then
+    diagnose
+    fail "a path of a port nobody cut ($cut_addr is) was flagged degraded (above)"
+fi
+(($(wc -l <"$TMP/changes.0") <= 3)) || { diagnose; fail "more than 3 view changes for one fault"; }
 echo "tuner lab: ok (every rank: $hit)"
