@@ -11,21 +11,21 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
-#include <string>
 #include <cerrno>
 #include <cstdint>
 #include <fcntl.h>
+#include <mutex>
+#include <string>
 #include <unistd.h>
 #include <utility>
 #include <vector>
 
 #include "clock.h"
-#include "log.h"
 #include "fake_fabric.h"
+#include "log.h"
 #include "socket_conn.h"
 #include "traffic.h"
+#include "warn_capture.h"
 
 namespace vn = vigil::net;
 namespace tp = vigil::test::fake;
@@ -609,28 +609,22 @@ TEST_CASE("a port going down moves both ends off its device", "[failover]")
 
 namespace {
 
-// The WARN lines logged while one is alive (the logger is process-wide: one at a time).
-std::vector<std::string> g_port_warns;
-void port_warn_logger(ncclDebugLogLevel level, unsigned long, const char *, int, const char *fmt, ...)
-{
-    if (level != NCCL_LOG_WARN) return;
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    g_port_warns.emplace_back(buf);
-}
+constexpr char kWarnEcho[] = "VIGIL_TEST_VERBOSE";
+
+// Keeps the WARN lines logged while it lives (warn_capture.h; NCCL's logger is process-wide:
+// one at a time).
 struct PortWarns {
     PortWarns()
     {
-        g_port_warns.clear();
-        vigil::log::set_logger(&port_warn_logger);
+        std::lock_guard<std::mutex> lock(vigil::test::g_warn_mu);
+        vigil::test::g_warns.clear();
+        vigil::log::set_logger(&vigil::test::warn_logger<kWarnEcho>);
     }
     ~PortWarns() { vigil::log::set_logger(nullptr); }
     bool any(const std::string &part) const
     {
-        return std::any_of(g_port_warns.begin(), g_port_warns.end(),
+        std::lock_guard<std::mutex> lock(vigil::test::g_warn_mu);
+        return std::any_of(vigil::test::g_warns.begin(), vigil::test::g_warns.end(),
                            [&](const std::string &w) { return w.find(part) != std::string::npos; });
     }
 };
