@@ -226,22 +226,24 @@ void Comm::settle_timer_locked() noexcept
 
 namespace {
 
+// Devices a port event can name: the bits of Comm::ports_down_.
+constexpr int kNotedDevs = 64;
 // What took each device down, for the failovers note_port_down() leads to.
 std::mutex g_cause_mu;
-std::array<std::string, 64> g_causes;
+std::array<std::string, kNotedDevs> g_causes;
 
 } // namespace
 
 void Comm::set_port_down_cause(int dev, const std::string &cause)
 {
-    if (dev < 0 || dev >= 64) return;
+    if (dev < 0 || dev >= kNotedDevs) return;
     std::lock_guard<std::mutex> g(g_cause_mu);
     g_causes[static_cast<size_t>(dev)] = cause;
 }
 
 void Comm::note_port_down(int dev) noexcept
 {
-    if (dev < 0 || dev >= 64) return;
+    if (dev < 0 || dev >= kNotedDevs) return;
     ports_down_.fetch_or(uint64_t{1} << dev, std::memory_order_release);
     wake_timer();
 }

@@ -15,9 +15,9 @@
 #include <unistd.h>
 #include <vector>
 
+#include "clock.h"
 #include "fabrics.h"
 #include "injector.h"
-#include "clock.h"
 #include "log.h"
 #include "nccl_abi/net_common.h"
 #include "path_plan.h"
