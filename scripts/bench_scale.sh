@@ -111,12 +111,12 @@ s = [l for l in open(sys.argv[1]) if l.startswith('{"ok"')]
 assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
 r = d["recv"]
 lines = open(sys.argv[2]).read().splitlines()
-rounds = [tuple(float(x) for x in m.groups()) for m in
+parsed = [m.groups() for m in
           (re.match(r"# round (\d+) at (\S+) took (\S+) ms, connections p50 (\S+) p99 (\S+) ms", l)
            for l in lines) if m]
+ids = [int(g[0]) for g in parsed]                             # each round's number, in order
+rounds = [tuple(float(x) for x in g[1:]) for g in parsed]      # (at, ms, p50, p99)
 took = {int(l.split()[2]): [float(x) for x in l.split()[3:]] for l in lines if l.startswith("# took ")}
-rounds = [x[1:] for x in rounds] # (at, ms, p50, p99), in order
-ids = [int(m.group(1)) for m in (re.match(r"# round (\d+) at", l) for l in lines) if m]
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
