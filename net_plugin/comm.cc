@@ -181,7 +181,10 @@ void Comm::on_tick() noexcept
     // its pairs' silence check every quiet_period().
     if (quiet_locked()) {
         const bool park = !probed_ && wake_ && park_locked();
-        next_timer_ns_.store(park ? kParked : now + quiet_period_ns(probed_), std::memory_order_relaxed);
+        // On the engine's grid, as the engine will run it: a tick moved earlier must find
+        // itself due (ProgressEngine::coalesced).
+        next_timer_ns_.store(park ? kParked : ProgressEngine::coalesced(now + quiet_period_ns(probed_), now),
+                             std::memory_order_relaxed);
     }
 }
 
@@ -219,7 +222,8 @@ void Comm::settle_timer_locked() noexcept
     // As an unparked quiet comm's timer would: the application's test() calls and the fds
     // serve a busy comm (test() runs the watchdogs), so its own timer is a backstop, and a
     // comm busy for a moment (a message each round) parks again before it without a tick.
-    const uint64_t at = now_ns() + quiet_period_ns(false);
+    const uint64_t now = now_ns();
+    const uint64_t at = ProgressEngine::coalesced(now + quiet_period_ns(false), now);
     next_timer_ns_.store(at, std::memory_order_relaxed);
     ProgressEngine::instance().wake(this, at);
 }

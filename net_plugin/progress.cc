@@ -354,9 +354,7 @@ void ProgressEngine::loop(Shard &s)
             for (Shard::Timer &t : due) {
                 t.client->on_tick();
                 const uint64_t next = t.client->next_tick_ns();
-                t.due = next == ProgressClient::kParked ? next : std::max(next, now + kTickNs);
-                if (t.due != ProgressClient::kParked && t.due - now >= kCoalesceNs)
-                    t.due = (t.due + kCoalesceNs / 2) / kCoalesceNs * kCoalesceNs;
+                t.due = next == ProgressClient::kParked ? next : coalesced(std::max(next, now + kTickNs), now);
             }
             std::lock_guard<std::mutex> g(s.tick_mu);
             for (const Shard::Timer &t : due) {

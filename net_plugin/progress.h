@@ -111,13 +111,26 @@ public:
     /// The longest a thread sleeps with no timer due and no fd ready.
     static constexpr uint64_t kIdleNs = 1'000'000'000; // 1 s
     /// A timer a client asks for this far out or further is background work (a quiet comm's
-    /// probes, the port pairs' sweep): it is moved to the nearest multiple of kCoalesceNs of
-    /// CLOCK_MONOTONIC (at most kCoalesceNs / 2 early or late), so that such timers share one
-    /// wake-up per kCoalesceNs in every process of the host, as the kernel's round_jiffies()
-    /// does for its own. A thread's wake-ups, not its work, are what idle connections cost:
-    /// 50 to 300 us each on a virtual machine. Shorter timers (a busy comm's watchdogs, every
-    /// kTimerNs) are left where they are.
+    /// probes, the port pairs' sweep): it is moved onto a grid of CLOCK_MONOTONIC
+    /// (coalesced()), so that such timers share one wake-up per kCoalesceNs in every process
+    /// of the host, as the kernel's round_jiffies() does for its own. A thread's wake-ups, not
+    /// its work, are what idle connections cost: 50 to 500 us each on a virtual machine.
+    /// Shorter timers (a busy comm's watchdogs, every kTimerNs) are left where they are.
     static constexpr uint64_t kCoalesceNs = 100'000'000; // 100 ms
+    /// Where the engine runs a timer due at `due_ns` that was asked for at `now_ns` (both ns,
+    /// CLOCK_MONOTONIC): when `due_ns` is kCoalesceNs or more away, the first multiple of
+    /// kCoalesceNs at or after `due_ns - kTickNs` (at most a tick early, less than kCoalesceNs
+    /// late); else `due_ns` itself. Idempotent: a multiple of kCoalesceNs stays where it is. A
+    /// client that checks its own due time when called (Comm::on_tick) stores this value, not
+    /// `due_ns`, or a call moved earlier would find it not yet due and run it a moment later,
+    /// off the grid, from then on. Rounding never more than a tick early keeps a timer of one
+    /// interval on the grid once it is there: each call lands a whole interval after the last,
+    /// give or take the engine's lateness.
+    static constexpr uint64_t coalesced(uint64_t due_ns, uint64_t now_ns) noexcept
+    {
+        if (due_ns < now_ns || due_ns - now_ns < kCoalesceNs) return due_ns;
+        return (due_ns - kTickNs + kCoalesceNs - 1) / kCoalesceNs * kCoalesceNs;
+    }
     /// Returns once no callback for an fd or ticker removed before this call can still run:
     /// it waits for each thread's loop iteration in progress (which may hold events fetched
     /// before the removal) to end. Wakes the threads so that takes microseconds, not the epoll

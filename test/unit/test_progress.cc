@@ -428,6 +428,11 @@ public:
     std::atomic<int> quiet_ticks{0};
     std::shared_ptr<vn::PortPairs::Pair> pair; // its one path's, when set (before attach)
     vn::FailoverConfig cfg;
+    // Quiet ticks that probe (as a pair's prober does: it keeps its timer) and their period.
+    std::atomic<bool> probes{false};
+    std::atomic<uint64_t> quiet_ns{kTimerNs};
+    std::mutex tick_mu;
+    std::vector<uint64_t> probe_ticks; // when each probing quiet tick ran (ns)
 
 protected:
     void progress_locked() noexcept override { passes.fetch_add(1); }
@@ -436,8 +441,15 @@ protected:
     size_t nfds() const noexcept override { return 0; }
     int fd(size_t) const noexcept override { return -1; }
     bool quiet_locked() const noexcept override { return quiet.load(); }
-    uint64_t quiet_period_ns(bool) const noexcept override { return kTimerNs; }
-    void quiet_tick_locked(uint64_t) noexcept override { quiet_ticks.fetch_add(1); }
+    uint64_t quiet_period_ns(bool) const noexcept override { return quiet_ns.load(); }
+    void quiet_tick_locked(uint64_t now) noexcept override
+    {
+        quiet_ticks.fetch_add(1);
+        if (!probes.load()) return;
+        probed_ = true;
+        std::lock_guard<std::mutex> g(tick_mu);
+        probe_ticks.push_back(now);
+    }
     void port_down_locked(int, const std::string &) noexcept override {}
     int pair_uses_locked(std::array<PairUse, vn::kMaxPaths> *out) const noexcept override
     {
@@ -532,5 +544,52 @@ TEST_CASE("a quiet comm parks on its port pair: no timer until it posts, or its 
     k.close();
     CHECK(k.pair->sleepers() == 0);
     pairs.stop_sweeper();
+    e.stop();
+}
+
+TEST_CASE("background timers go on the engine's grid: at most a tick early, never moved twice",
+          "[progress]")
+{
+    using E = vn::ProgressEngine;
+    constexpr uint64_t kGrid = E::kCoalesceNs, kTick = E::kTickNs;
+    const uint64_t now = 1'234'567'891'234;
+    // Shorter than the grid: where it was asked for.
+    CHECK(E::coalesced(now + kGrid - 1, now) == now + kGrid - 1);
+    CHECK(E::coalesced(now + kTick, now) == now + kTick);
+    for (uint64_t due : {now + kGrid, now + kGrid + 1, now + kGrid + kTick, now + kGrid + kTick + 1,
+                         now + 2 * kGrid - 1, now + 7 * kGrid + 12'345}) {
+        INFO(due);
+        const uint64_t at = E::coalesced(due, now);
+        CHECK(at % kGrid == 0);
+        CHECK(at + kTick >= due);  // at most a tick early
+        CHECK(at < due + kGrid);   // less than a grid step late
+        CHECK(E::coalesced(at, now) == at); // what a client stored is where the engine runs it
+    }
+}
+
+TEST_CASE("a quiet prober stays on the engine's grid: each probe a whole interval less a tick "
+          "after the last",
+          "[progress][comm]")
+{
+    // Its own due time is the grid's: the engine's call is never too early for the comm's
+    // check, so the comm never runs its probe a moment later, off the grid. Counts and
+    // stored values, not durations: a late engine only makes the gaps longer.
+    vn::ProgressEngine &e = vn::ProgressEngine::instance();
+    REQUIRE(e.start(1) == 0);
+    KickComm k; // no pair: it cannot park, so its timer runs on
+    k.quiet = true;
+    k.probes = true;
+    k.quiet_ns = vn::ProgressEngine::kCoalesceNs; // the default probe interval
+    REQUIRE(k.attach() == 0);
+    REQUIRE(eventually([&] { return k.quiet_ticks.load() >= 4; }));
+    k.holding([&] { CHECK(k.next_tick_ns() % vn::ProgressEngine::kCoalesceNs == 0); });
+    k.close();
+    std::lock_guard<std::mutex> g(k.tick_mu);
+    REQUIRE(k.probe_ticks.size() >= 4);
+    for (size_t i = 1; i < k.probe_ticks.size(); ++i) {
+        INFO(i);
+        CHECK(k.probe_ticks[i] - k.probe_ticks[i - 1] + vn::ProgressEngine::kTickNs >=
+              vn::ProgressEngine::kCoalesceNs);
+    }
     e.stop();
 }
