@@ -9,7 +9,9 @@
 # nothing posted. Per N and per side: the set-up time, a round's time per connection (median
 # and worst of the rounds), the process's CPU while idle (% of one core, getrusage of every
 # thread; idle_ over the whole phase, steady_ over its second half, once the connections that
-# carried the last round have parked), resident memory per connection after set-up and after
+# carried the last round have parked) and its wake-ups a second over that half (voluntary
+# context switches: what the plugin controls; the CPU figure also holds what each one costs on
+# the host, docs/scale.md), resident memory per connection after set-up and after
 # traffic (the workload's own buffers aside), and fds per connection. Then (CUT=1, the default) a second run per N:
 # rounds for 12 s, host 0's port 0 (the primary of half the connections) taken down after 4 s
 # and restored 4 s later. The failover time: from the cut to each connection's message landing
@@ -43,8 +45,8 @@ trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 
 echo "# fanout: N connections host 0 -> host 1, 2 ports each, spread backups; rounds of one 64 KiB"
 echo "# message per connection; then ${IDLE} s idle. recv = host 1's process, send = host 0's."
-printf '%6s | %9s %9s | %9s %9s | %11s %11s | %9s %9s | %7s %7s | %9s %9s | %7s\n' conns idle_recv idle_send \
-    steady_r steady_s \
+printf '%6s | %9s %9s | %9s %9s | %7s %7s | %11s %11s | %9s %9s | %7s %7s | %9s %9s | %7s\n' conns idle_recv idle_send \
+    steady_r steady_s wake/s_r wake/s_s \
     "KiB/c recv" "KiB/c send" "used recv" "used send" "fd/c r" "fd/c s" "round_us" "worst_us" setup_s
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.$n.sock"
@@ -66,7 +68,8 @@ s = [l for l in open(sys.argv[1]) if l.startswith('{"ok"')]
 assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
 r, t = d["recv"], d["send"]
 print(f'{d["conns"]:6d} | {r["idle_cpu_pct"]:8.1f}% {t["idle_cpu_pct"]:8.1f}% | '
-      f'{r["idle_steady_cpu_pct"]:8.2f}% {t["idle_steady_cpu_pct"]:8.2f}% | {r["rss_kib_per_conn"]:11.1f} '
+      f'{r["idle_steady_cpu_pct"]:8.2f}% {t["idle_steady_cpu_pct"]:8.2f}% | '
+      f'{r.get("idle_steady_wakes_per_s", 0):7.1f} {t.get("idle_steady_wakes_per_s", 0):7.1f} | {r["rss_kib_per_conn"]:11.1f} '
       f'{t["rss_kib_per_conn"]:11.1f} | {r["rss_used_kib_per_conn"]:9.1f} {t["rss_used_kib_per_conn"]:9.1f} | '
       f'{r["fds_per_conn"]:7.2f} {t["fds_per_conn"]:7.2f} | {r["round_p50_us_per_conn"]:9.1f} '
       f'{r["round_max_us_per_conn"]:9.1f} | {max(r["setup_s"], t["setup_s"]):7.2f}')

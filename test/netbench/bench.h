@@ -71,6 +71,9 @@ private:
 
     /// CPU seconds this process has used, every thread (the plugin's included): getrusage.
     static double cpu_s();
+    /// Times this process's threads went to sleep (voluntary context switches, every thread):
+    /// each is a wake-up later. getrusage.
+    static uint64_t sleeps();
     /// This process's resident memory, KiB (/proc/self/statm); 0 when unreadable.
     static uint64_t rss_kib();
     /// This process's open file descriptors (/proc/self/fd); 0 when unreadable.

@@ -532,6 +532,13 @@ double Bench::cpu_s()
            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+uint64_t Bench::sleeps()
+{
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<uint64_t>(ru.ru_nvcsw);
+}
+
 // Fanout: rank 0 holds C send comms to rank 1, which holds their C receive comms (an
 // all-to-all at scale opens one connection per remote peer and channel, most of them idle
 // most of the time). --warmup + --iters rounds, each one --bytes message on every connection
@@ -647,17 +654,21 @@ void Bench::fanout_run()
     const double c0 = cpu_s(), w0 = now_s();
     std::this_thread::sleep_for(std::chrono::duration<double>(o_.idle_s / 2));
     const double c1 = cpu_s(), w1 = now_s();
+    const uint64_t s1 = sleeps();
     std::this_thread::sleep_for(std::chrono::duration<double>(o_.idle_s / 2));
     const double idle_cpu = cpu_s() - c0, idle_wall = now_s() - w0;
     const double steady_cpu = cpu_s() - c1, steady_wall = now_s() - w1;
+    // The plugin's wake-ups (this thread's one sleep aside): what it controls, where the CPU
+    // figure also holds what each wake-up costs on this host.
+    const uint64_t steady_sleeps = sleeps() - s1;
     for (size_t c = 0; c < n; ++c) check_nccl(net_.dereg_mr(comms[c], mh[c]), "deregMr");
 
     std::sort(rounds.begin(), rounds.end());
     std::sort(worst_took.begin(), worst_took.end());
     auto pct = [&](double q) { return percentile(worst_took, q); };
     struct Side {
-        double setup_s, round_p50_s, round_max_s, idle_cpu_pct, steady_cpu_pct, worst_p50_s,
-            worst_p99_s, worst_at_s;
+        double setup_s, round_p50_s, round_max_s, idle_cpu_pct, steady_cpu_pct, steady_wakes_per_s,
+            worst_p50_s, worst_p99_s, worst_at_s;
         uint64_t nrounds;
         uint64_t base_rss_kib, setup_rss_kib, used_rss_kib, base_fds, setup_fds;
     } mine{setup_s_,
@@ -665,6 +676,7 @@ void Bench::fanout_run()
            rounds.empty() ? 0 : rounds.back(),
            idle_wall > 0 ? idle_cpu / idle_wall * 100 : 0,
            steady_wall > 0 ? steady_cpu / steady_wall * 100 : 0,
+           steady_wall > 0 ? static_cast<double>(steady_sleeps - std::min<uint64_t>(steady_sleeps, 1)) / steady_wall : 0,
            pct(0.5),
            pct(0.99),
            worst_at,
@@ -681,12 +693,12 @@ void Bench::fanout_run()
         char buf[1024];
         std::snprintf(buf, sizeof(buf),
                       "%s\"%s\":{\"setup_s\":%.3f,\"round_p50_us_per_conn\":%.2f,\"round_max_us_per_conn\":%.2f,"
-                      "\"idle_cpu_pct\":%.2f,\"idle_steady_cpu_pct\":%.2f,\"rss_kib_per_conn\":%.1f,\"rss_used_kib_per_conn\":%.1f,"
+                      "\"idle_cpu_pct\":%.2f,\"idle_steady_cpu_pct\":%.2f,\"idle_steady_wakes_per_s\":%.1f,\"rss_kib_per_conn\":%.1f,\"rss_used_kib_per_conn\":%.1f,"
                       "\"fds_per_conn\":%.2f,\"base_rss_kib\":%" PRIu64 ",\"base_fds\":%" PRIu64 ","
                       "\"rounds\":%" PRIu64 ",\"worst_round_ms\":%.2f,\"worst_round_conn_p50_ms\":%.2f,"
                       "\"worst_round_conn_p99_ms\":%.2f,\"worst_round_at_s\":%.3f}",
                       r == 0 ? "" : ",", r == 0 ? "send" : "recv", x.setup_s, x.round_p50_s * 1e6 / per,
-                      x.round_max_s * 1e6 / per, x.idle_cpu_pct, x.steady_cpu_pct,
+                      x.round_max_s * 1e6 / per, x.idle_cpu_pct, x.steady_cpu_pct, x.steady_wakes_per_s,
                       static_cast<double>(x.setup_rss_kib - std::min(x.setup_rss_kib, x.base_rss_kib)) / per,
                       static_cast<double>(x.used_rss_kib - std::min(x.used_rss_kib, x.base_rss_kib)) / per,
                       static_cast<double>(x.setup_fds - std::min(x.setup_fds, x.base_fds)) / per, x.base_rss_kib,
