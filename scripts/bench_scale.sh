@@ -85,7 +85,13 @@ echo "# VIGIL_FAILBACK_HOLD_MS), its time and its connections' completion times 
 echo "# slowest round of the run (when it began, from the first round)"
 printf '%6s | %6s %9s | %8s %8s %8s | %8s %8s | %8s %8s %8s | %8s %8s\n' conns rounds median_ms \
     inflight fo_p50 fo_p99 ok_p50 ok_p99 restore p50 p99 worst_ms worst_at
-mono() { python3 -c 'import time; print(time.monotonic())'; } # the clock the rounds are on
+# The rounds are timed on CLOCK_MONOTONIC. The cut and the restore are timed from bash's
+# $EPOCHREALTIME less the two clocks' offset, read once here: no process is started between
+# the cut and the restore but the commands and a sleep (a python3 start took over a second on
+# the saturated host, and delayed the restore by seconds).
+mono_off_us=$(python3 -c 'import time; print(int((time.time() - time.monotonic()) * 1e6))')
+mono_us() { _mono_us=$((10#${EPOCHREALTIME//[!0-9]/} - mono_off_us)); } # sets _mono_us (any locale's decimal mark)
+secs() { printf '%d.%06d' $(($1 / 1000000)) $(($1 % 1000000)); }
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.cut.$n.sock"
     scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
@@ -97,11 +103,16 @@ for n in $CONNS; do
     # The rounds start once every connection is up: the cut is timed from the first round.
     for _ in $(seq 600); do grep -q "^# fanout" "$tmp/c0.$n" 2>/dev/null && break; sleep 0.1; done
     sleep 4
-    cut_t=$(mono)
+    mono_us; cut_us=$_mono_us
     scripts/netlab.sh fail 0 0
-    sleep 4
-    restore_t=$(mono)
+    mono_us; cut_done_us=$_mono_us
+    # The restore is due 4 s after the cut, whatever the fail command took.
+    mono_us; ((_mono_us >= cut_us + 4000000)) || sleep "$(secs $((cut_us + 4000000 - _mono_us)))"
+    mono_us; restore_us=$_mono_us
     scripts/netlab.sh restore 0 0
+    mono_us; restore_done_us=$_mono_us
+    cut_t=$(secs "$cut_us") restore_t=$(secs "$restore_us")
+    echo "# N=$n: cut at monotonic $cut_t s, restored at $restore_t s; the fail command took $(secs $((cut_done_us - cut_us))) s, the restore command $(secs $((restore_done_us - restore_us))) s" >&2
     if ! wait "$spid" || ! wait "$rpid"; then
         echo "cut N=$n failed:" >&2
         tail -n 5 "$tmp/c0.$n" "$tmp/clog0.$n" "$tmp/clog1.$n" >&2
