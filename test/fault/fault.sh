@@ -74,6 +74,9 @@ primary-down)
     wait_all_ok
     (( $(json_get "$OUT.rank0" bytes) >= 1 << 30 )) || fail "less than 1 GiB moved"
     (( $(count "failover: primary dev eth0") >= 1 )) || fail "no failover happened"
+    # Host 1's own port: its link monitor sees it go down first (the data path only stalls).
+    grep -q "failover: primary dev eth0.*port eth0 down (netlink)" "$OUT.err.1" ||
+        fail "host 1 did not fail over on its link monitor's port event"
     ;;
 every-host)
     start_ranks 4 --workload allreduce --bytes 64M --iters 40
