@@ -117,18 +117,19 @@ public:
     /// its work, are what idle connections cost: 50 to 500 us each on a virtual machine.
     /// Shorter timers (a busy comm's watchdogs, every kTimerNs) are left where they are.
     static constexpr uint64_t kCoalesceNs = 100'000'000; // 100 ms
-    /// Where the engine runs a timer due at `due_ns` that was asked for at `now_ns` (both ns,
-    /// CLOCK_MONOTONIC): when `due_ns` is kCoalesceNs or more away, the first multiple of
-    /// kCoalesceNs at or after `due_ns - kTickNs` (at most a tick early, less than kCoalesceNs
-    /// late); else `due_ns` itself. Idempotent: a multiple of kCoalesceNs stays where it is. A
-    /// client that checks its own due time when called (Comm::on_tick) stores this value, not
-    /// `due_ns`, or a call moved earlier would find it not yet due and run it a moment later,
-    /// off the grid, from then on. Rounding never more than a tick early keeps a timer of one
-    /// interval on the grid once it is there: each call lands a whole interval after the last,
-    /// give or take the engine's lateness.
+    /// Where the engine runs a timer due at `due_ns` that was asked for at `now_ns` (both
+    /// ns, CLOCK_MONOTONIC): when `due_ns` is kCoalesceNs or more away, the first multiple
+    /// of kCoalesceNs at or after `due_ns - kTickNs` (at most a tick early, less than
+    /// kCoalesceNs late); else (or within kCoalesceNs of UINT64_MAX: kParked) `due_ns`
+    /// itself. Idempotent: a multiple of kCoalesceNs stays where it is. A client that
+    /// checks its own due time when called (Comm::on_tick) stores this value, not `due_ns`,
+    /// or a call moved earlier would find it not yet due and run it a moment later, off the
+    /// grid, from then on. Rounding never more than a tick early keeps a timer of one
+    /// interval on the grid once it is there: each call lands a whole interval after the
+    /// last, give or take the engine's lateness.
     static constexpr uint64_t coalesced(uint64_t due_ns, uint64_t now_ns) noexcept
     {
-        if (due_ns < now_ns || due_ns - now_ns < kCoalesceNs) return due_ns;
+        if (due_ns < now_ns || due_ns - now_ns < kCoalesceNs || due_ns > ~0ull - kCoalesceNs) return due_ns;
         return (due_ns - kTickNs + kCoalesceNs - 1) / kCoalesceNs * kCoalesceNs;
     }
     /// Returns once no callback for an fd or ticker removed before this call can still run:

@@ -18,7 +18,7 @@ namespace vigil::net::tcp {
 /// Watches link state of the named interfaces on a thread of its own ("vigil-links"), asleep
 /// in poll() on the rtnetlink socket until the kernel reports a link change: one thread per
 /// process, no wake-up without an event. Not on the progress engine: there, behind thousands
-/// of busy connections' fds, a port event waited its turn for 0.7 s (down) to 4.9 s (up) at
+/// of busy connections' fds, a port event waited its turn for 0.7 s (down) to 5.8 s (up) at
 /// 4,096 connections (docs/scale.md). The verbs fabric's async-event thread is the same
 /// design, as is NCCL's (net_ib.cc, ncclIbAsyncThreadMain). Owned by the plugin's global
 /// state.

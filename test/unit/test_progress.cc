@@ -556,6 +556,7 @@ TEST_CASE("background timers go on the engine's grid: at most a tick early, neve
     // Shorter than the grid: where it was asked for.
     CHECK(E::coalesced(now + kGrid - 1, now) == now + kGrid - 1);
     CHECK(E::coalesced(now + kTick, now) == now + kTick);
+    CHECK(E::coalesced(vn::ProgressClient::kParked, now) == vn::ProgressClient::kParked);
     for (uint64_t due : {now + kGrid, now + kGrid + 1, now + kGrid + kTick, now + kGrid + kTick + 1,
                          now + 2 * kGrid - 1, now + 7 * kGrid + 12'345}) {
         INFO(due);
