@@ -69,7 +69,7 @@ assert s and json.loads(s[-1])["errors"] == 0, "errors in the run"
 r, t = d["recv"], d["send"]
 print(f'{d["conns"]:6d} | {r["idle_cpu_pct"]:8.1f}% {t["idle_cpu_pct"]:8.1f}% | '
       f'{r["idle_steady_cpu_pct"]:8.2f}% {t["idle_steady_cpu_pct"]:8.2f}% | '
-      f'{r.get("idle_steady_wakes_per_s", 0):7.1f} {t.get("idle_steady_wakes_per_s", 0):7.1f} | {r["rss_kib_per_conn"]:11.1f} '
+      f'{r["idle_steady_wakes_per_s"]:7.1f} {t["idle_steady_wakes_per_s"]:7.1f} | {r["rss_kib_per_conn"]:11.1f} '
       f'{t["rss_kib_per_conn"]:11.1f} | {r["rss_used_kib_per_conn"]:9.1f} {t["rss_used_kib_per_conn"]:9.1f} | '
       f'{r["fds_per_conn"]:7.2f} {t["fds_per_conn"]:7.2f} | {r["round_p50_us_per_conn"]:9.1f} '
       f'{r["round_max_us_per_conn"]:9.1f} | {max(r["setup_s"], t["setup_s"]):7.2f}')
@@ -107,7 +107,7 @@ for n in $CONNS; do
     scripts/netlab.sh fail 0 0
     mono_us; cut_done_us=$_mono_us
     # The restore is due 4 s after the cut, whatever the fail command took.
-    mono_us; ((_mono_us >= cut_us + 4000000)) || sleep "$(secs $((cut_us + 4000000 - _mono_us)))"
+    ((cut_done_us >= cut_us + 4000000)) || sleep "$(secs $((cut_us + 4000000 - cut_done_us)))"
     mono_us; restore_us=$_mono_us
     scripts/netlab.sh restore 0 0
     mono_us; restore_done_us=$_mono_us
