@@ -294,6 +294,9 @@ void read_telemetry(const Input &in, Data &d)
                              truthy(j, "degraded"), num(j, "lat_p99_ns") / 1e3);
             } else if (type == "event" || type == "signal") {
                 const std::string ev = type == "signal" ? "signal" : str(j, "event", "?");
+                if (type == "event" && j.contains("mono_ns") &&
+                    !d.seen_events.insert(in.host + ":" + in.pid + " " + j["mono_ns"].dump() + " " + ev).second)
+                    return; // carried into a rotated file: counted where first read
                 ++d.event_counts[ev];
                 d.events.push_back({"telemetry", in.host, ev,
                                     type == "signal" ? "signal " + str(j, "signal", "?") : str(j, "text")});

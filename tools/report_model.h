@@ -204,6 +204,9 @@ struct Data {
     std::map<std::string, PathStat> tele_paths, prof_paths;
     std::vector<EventRec> events;
     std::map<std::string, uint64_t> event_counts;
+    // Telemetry events already counted, by "host:pid mono_ns event": a rotated file starts
+    // with the newest events again ("carried"), so one event can be in both files.
+    std::set<std::string> seen_events;
     std::map<std::string, double> drops; // summed "dropped" counters of the stats records
     // The process record of each summary, by file name less ".jsonl": its trace has the same
     // stem, and the name alone is ambiguous ("vigil-prof-HOST-PID-SESSION", hosts with '-').

@@ -30,6 +30,12 @@ namespace vigil::telemetry {
 namespace {
 
 constexpr size_t kEventCapacity = 1024;
+/// At most this many of the newest events are carried into each new file at rotation
+/// (together at most a quarter of the size bound), so a file rotated out does not take the
+/// failover history with it.
+constexpr size_t kCarriedEvents = 256;
+/// The longest flush_writer() waits for the drain and fsync it asked for, in ms.
+constexpr int kFlushWaitMs = 300;
 
 struct Event {
     uint64_t ns;
@@ -64,6 +70,12 @@ struct Writer {
     std::string pending;  // whole lines not yet written
     uint64_t written = 0;
     std::vector<uint64_t> next;      // per registry entry: next ring index to write
+    std::deque<std::string> recent;  // the newest event lines, each without its leading '{'
+    size_t recent_bytes = 0;
+    uint64_t flush_asked = 0; // flush_writer() calls so far (under mu)
+    uint64_t flush_done = 0;  // of them, drained and synced (under mu; done_cv)
+    uint64_t last_wait_ns = 0; // when the last waiting flush_writer() returned (under mu)
+    std::condition_variable done_cv;
     std::vector<uint8_t> described;  // per entry: its "path" record is in the current file
     std::atomic<bool> live{false};
 };
@@ -137,6 +149,13 @@ FILE *open_unbuffered(const std::string &file, const char *mode)
     return f;
 }
 
+// Appends a whole line to the current file's pending text.
+void append(Writer &wr, std::string_view line)
+{
+    wr.pending.append(line);
+    wr.written += line.size();
+}
+
 void rotate_if_needed(Writer &wr)
 {
     if (wr.written < wr.max_bytes) return;
@@ -145,16 +164,39 @@ void rotate_if_needed(Writer &wr)
     std::rename(wr.file.c_str(), (wr.file + ".1").c_str());
     wr.out = open_unbuffered(wr.file, "w");
     wr.written = 0;
-    // Each file stands alone: describe every path again before its next window.
+    // Each file stands alone: describe every path again before its next window, and start
+    // with the newest events, marked as carried (readers count an event once by its pid,
+    // mono_ns and name): with 1 ms windows a 64 KiB file holds well under a second, and the
+    // failover that explains the job's end must not leave with the file rotated out.
     std::fill(wr.described.begin(), wr.described.end(), 0);
+    for (const std::string &rest : wr.recent) {
+        append(wr, "{\"carried\":true,");
+        append(wr, rest);
+    }
+}
+
+void put(Writer &wr, std::string_view line)
+{
+    if (wr.out == nullptr || line.empty()) return;
+    append(wr, line);
+    rotate_if_needed(wr);
 }
 
 void put(Writer &wr, const char *line, int n)
 {
-    if (wr.out == nullptr || n <= 0) return;
-    wr.pending.append(line, static_cast<size_t>(n));
-    wr.written += static_cast<uint64_t>(n);
-    rotate_if_needed(wr);
+    if (n > 0) put(wr, std::string_view(line, static_cast<size_t>(n)));
+}
+
+// Keeps an event line (starting with '{') among the newest, within the carry bounds.
+void remember_event(Writer &wr, std::string_view line)
+{
+    wr.recent.emplace_back(line.substr(1));
+    wr.recent_bytes += line.size();
+    const size_t budget = wr.max_bytes / 4;
+    while (!wr.recent.empty() && (wr.recent.size() > kCarriedEvents || wr.recent_bytes > budget)) {
+        wr.recent_bytes -= wr.recent.front().size() + 1;
+        wr.recent.pop_front();
+    }
 }
 
 // Drains events and every ring of this process's registry into the file. Called on the
@@ -175,7 +217,8 @@ void drain(Writer &wr)
         const std::string text = json_escape(std::string_view(e.text).substr(0, 640));
         std::string line = std::string("{\"type\":\"event\",\"event\":\"") + type_name(e.type) +
                            "\",\"mono_ns\":" + std::to_string(e.ns) + ",\"text\":\"" + text + "\"}\n";
-        put(wr, line.data(), static_cast<int>(line.size()));
+        remember_event(wr, line); // first: an event that fills the file is carried too
+        put(wr, line);
     }
     if (evdrop) {
         const int n = std::snprintf(buf, sizeof(buf), "{\"type\":\"events_dropped\",\"count\":%llu}\n",
@@ -256,6 +299,7 @@ void loop()
     while (!wr.stop) {
         wr.cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return wr.stop || wr.flush; });
         bool sync = std::exchange(wr.flush, false);
+        const uint64_t asked = wr.flush_asked; // every event recorded before these is queued
         const int sig = g_signal.load();
         lk.unlock();
         if (sig != 0 && !g_signal_flushed.load()) {
@@ -269,9 +313,16 @@ void loop()
         if (sync && wr.out != nullptr) fsync(fileno(wr.out));
         if (sig != 0) g_signal_flushed.store(true);
         lk.lock();
+        if (sync && wr.flush_done < asked) {
+            wr.flush_done = asked;
+            wr.done_cv.notify_all();
+        }
     }
     lk.unlock();
     drain(wr);
+    lk.lock();
+    wr.flush_done = wr.flush_asked; // nobody waits past the last drain
+    wr.done_cv.notify_all();
 }
 
 } // namespace
@@ -337,12 +388,19 @@ bool writer_running() noexcept
 void flush_writer() noexcept
 {
     Writer &wr = w();
-    {
-        std::lock_guard<std::mutex> g(wr.mu);
-        if (!wr.running) return;
-        wr.flush = true;
-    }
+    std::unique_lock<std::mutex> lk(wr.mu);
+    if (!wr.running || wr.thread.get_id() == std::this_thread::get_id()) return;
+    const uint64_t mine = ++wr.flush_asked;
+    wr.flush = true;
     wr.cv.notify_all();
+    // A process often exits right after its fatal error: wait, bounded, for the disk. When
+    // thousands of connections fail at once (one thread failing them in turn), only a caller
+    // after a quiet spell waits; the rest ride on the writer's next pass.
+    const uint64_t t = now_ns();
+    if (t - wr.last_wait_ns < kFlushWaitMs * 1'000'000ULL) return;
+    wr.done_cv.wait_for(lk, std::chrono::milliseconds(kFlushWaitMs),
+                        [&] { return wr.flush_done >= mine || !wr.running; });
+    wr.last_wait_ns = now_ns();
 }
 
 void stop_writer() noexcept

@@ -16,7 +16,8 @@
 #                 stays exact, every dump line parses as JSON, the exposition parses strictly
 #   files         VIGIL_TELEMETRY_DIR with a 64 KiB rotation bound through an injected
 #                 failover, then both ports down: the files parse, are bounded and rotated,
-#                 hold windows, the failover event and the fatal error flushed before exit
+#                 hold windows, the failover event and the fatal error flushed before exit,
+#                 and one current (unrotated) file holds both (events carried at rotation)
 #   sigterm       VIGIL_TELEMETRY_DIR set, the sender gets SIGTERM mid-stream: it still dies
 #                 of SIGTERM, and its file ends with the signal record after its windows
 source "$(dirname "$0")/../functional/lib.sh"
@@ -202,7 +203,7 @@ d = sys.argv[1]
 files = sorted(glob.glob(f"{d}/vigil-*.jsonl*"))
 assert files, "no telemetry files"
 bound = 64 * 1024 + 4096
-kinds, events = {}, []
+kinds, events, newest = {}, [], {}
 for f in files:
     size = os.path.getsize(f)
     assert size <= bound, f"{f}: {size} bytes over the rotation bound"
@@ -211,10 +212,15 @@ for f in files:
         kinds[r["type"]] = kinds.get(r["type"], 0) + 1
         if r["type"] == "event":
             events.append(r["event"])
+            if not f.endswith(".1"):
+                newest.setdefault(f, set()).add(r["event"])
 assert any(f.endswith(".1") for f in files), f"no rotation happened: {files}"
 assert kinds.get("window", 0) > 100, kinds
 assert "failover" in events, events
 assert "fatal" in events, events
+# Each new file starts with the newest events: the injected host's current file alone still
+# tells the failover and the fatal error, however many windows came between them.
+assert any({"failover", "fatal"} <= evs for evs in newest.values()), newest
 print(f"{len(files)} files, records {kinds}, events {sorted(set(events))}")
 PY
     ;;

@@ -111,13 +111,16 @@ for host, pid, other in (("nodeA", 5001, "nodeB"), ("nodeB", 5002, "nodeA")):
                             "busy_bw_Bps": round(b * 1e9 / busy), "lat_p50_ns": 20000, "lat_p99_ns": 60000,
                             "lat_max_ns": 90000, "peak_inflight_bytes": 1 << 20, "replays": 0, "errors": 0,
                             "state": 1, "degraded": 1 if slow and k >= 8 else 0})
-            if late and host == "nodeA" and fi == len(files) - 1:
-                put(f, {"type": "event", "event": "degraded", "mono_ns": 5_100_000_000,
+            if late and host == "nodeA":
+                # Written to the first file, then carried into the rotated-in one as the writer
+                # does: the report counts each once.
+                mark = {"carried": True} if fi > 0 else {}
+                put(f, {**mark, "type": "event", "event": "degraded", "mono_ns": 5_100_000_000,
                         "text": "send dev eth1 10.77.1.2 -> 10.77.1.3: 1250 MB/s, baseline 5000 MB/s"})
-                put(f, {"type": "event", "event": "failover", "mono_ns": 5_150_000_000,
+                put(f, {**mark, "type": "event", "event": "failover", "mono_ns": 5_150_000_000,
                         "text": "dev eth1 10.77.1.2 -> 10.77.1.3 -> dev eth0 10.77.0.2 -> 10.77.0.3: injected, "
                                 "generation 1, replaying 3 messages"})
-                put(f, {"type": "event", "event": "failback", "mono_ns": 5_190_000_000,
+                put(f, {**mark, "type": "event", "event": "failback", "mono_ns": 5_190_000_000,
                         "text": "dev eth1 10.77.1.2 -> 10.77.1.3, generation 2"})
 PY
 }
