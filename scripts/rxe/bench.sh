@@ -20,9 +20,17 @@
 #              all-reduce: per fault the time from the port going down to the plugin's
 #              failover (detection) and from the failover to the first replayed message
 #              acknowledged (the plugin's own INFO line); median and p99
+#   scale      what a verbs connection costs as their number grows (scripts/bench_scale.sh's
+#              fanout over RC QPs): for each N in BENCH_CONNS (16 64 256), rank 0 opens N
+#              send connections to rank 1, each with its backup on the other port; 10 rounds
+#              of one BENCH_SCALE_BYTES (16K) message on every connection, every byte checked,
+#              then BENCH_IDLE (10) s with all open and nothing posted. Per N and side: set-up
+#              time, a round's time per connection, idle CPU and wake-ups a second over the
+#              idle phase's second half, resident memory and fds per connection
 # From the host:  scripts/rxe/vm.sh 'scripts/rxe/topo.sh up && scripts/rxe/bench.sh'
 # Environment: BENCH_BUILD (build directory, default build), ROUNDS (3), FAULTS (24),
-# BENCH_TESTS (default "bandwidth latency failover"; "multipath" and "degraded" on request),
+# BENCH_TESTS (default "bandwidth latency failover"; "multipath", "degraded" and "scale" on
+# request), BENCH_CONNS, BENCH_SCALE_BYTES and BENCH_IDLE (for scale),
 # BENCH_RATE_MBIT (16, for degraded), BENCH_WINDOW (netbench requests in
 # flight, default 32: NCCL's NCCL_NET_MAX_REQUESTS), BENCH_YIELD (1, the default: netbench
 # yields the CPU after a polling pass that moved nothing, as NCCL's proxy thread does, which
@@ -244,4 +252,27 @@ print(f"| failover -> first replayed message acknowledged | {statistics.median(s
       if switch else "| failover -> first replayed message acknowledged | n/a | n/a | 0 |")
 print(f"\n({len(down)} faults; a failover with nothing in flight has no replay to time)")
 PY
+fi
+
+if [[ $tests == *scale* ]]; then
+    idle=${BENCH_IDLE:-10}
+    echo "| conns | set-up (s) | round per conn (us), p50 / worst | steady idle CPU recv / send | wake-ups/s recv / send | KiB per conn recv / send | fds per conn recv / send |"
+    echo "|---|---|---|---|---|---|---|"
+    for c in ${BENCH_CONNS:-16 64 256}; do
+        f=$(vigil --workload fanout --channels "$c" --bytes "${BENCH_SCALE_BYTES:-16K}" --iters 10 --idle "$idle" --check) ||
+            { echo "bench: the fanout at $c connections failed" >&2; tail -n 5 "$tmp/err$n.0" "$tmp/err$n.1" >&2; break; }
+        python3 - "$f" <<'PY'
+import json, sys
+d = next(json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"type":"fanout"'))
+s = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"ok"')]
+assert s and s[-1]["errors"] == 0, "errors in the run"
+r, t = d["recv"], d["send"]
+print(f'| {d["conns"]} | {max(r["setup_s"], t["setup_s"]):.2f} | {r["round_p50_us_per_conn"]:.0f} / {r["round_max_us_per_conn"]:.0f} | '
+      f'{r["idle_steady_cpu_pct"]:.2f} % / {t["idle_steady_cpu_pct"]:.2f} % | '
+      f'{r["idle_steady_wakes_per_s"]:.1f} / {t["idle_steady_wakes_per_s"]:.1f} | '
+      f'{r["rss_kib_per_conn"]:.1f} / {t["rss_kib_per_conn"]:.1f} | {r["fds_per_conn"]:.2f} / {t["fds_per_conn"]:.2f} |')
+PY
+    done
+    echo
+    echo "(under TCG: compare how each column grows with N, not the absolute figures)"
 fi
