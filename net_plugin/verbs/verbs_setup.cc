@@ -91,9 +91,36 @@ int PathSetup::connect_step(uint64_t now, std::string *why)
     const int c = conn_.step(now, deadline_ns_, start, why);
     if (c <= 0) return c;
     fd_ = std::move(conn_.fd());
-    // Connected: make the QPs and say hello.
-    qps_ = std::make_unique<QpSet>();
-    if (int rc = qps_->create(fabric_.port_info(local_dev_), fabric_.qp_config(tc_), why); rc != 0) return rc;
+    // Connected: make the QPs (on the set-up thread), then say hello.
+    start_qp_work([port = fabric_.port_info(local_dev_), cfg = fabric_.qp_config(tc_)](QpWork &w) {
+        w.qps = std::make_unique<QpSet>();
+        return w.qps->create(port, cfg, &w.why);
+    }, State::kMakeQps);
+    return 0;
+}
+
+void PathSetup::start_qp_work(std::function<int(QpWork &)> work, State next_state)
+{
+    work_ = std::make_shared<QpWork>();
+    work_->qps = std::move(qps_);
+    state_ = next_state;
+    job_ = SetupJobs::process().run([w = work_, work = std::move(work)] { return work(*w); });
+    if (!job_) work_rc_ = work(*work_); // no set-up thread: here, as before it existed
+}
+
+bool PathSetup::qp_work_done(int *rc, std::string *why)
+{
+    if (job_ && !job_->done()) return false;
+    *rc = job_ ? job_->rc() : work_rc_;
+    job_.reset();
+    qps_ = std::move(work_->qps);
+    if (*rc != 0) *why = work_->why;
+    work_.reset();
+    return true;
+}
+
+void PathSetup::send_hello(uint64_t now)
+{
     hello_.end = qps_->local_end();
     hello_.end.ring_addr = 0; // the sender's ring is never written
     hello_.end.ring_rkey = 0;
@@ -102,7 +129,17 @@ int PathSetup::connect_step(uint64_t now, std::string *why)
     out_off_ = 0;
     state_ = State::kSendHello;
     deadline_ns_ = now + fabric_.handshake_timeout_ns();
-    return 0;
+}
+
+void PathSetup::answer(int rc)
+{
+    Answer a;
+    if (rc != 0) a.status = static_cast<uint32_t>(-rc);
+    else a.end = qps_->local_end();
+    out_.assign(Answer::kSize, 0);
+    a.encode(out_.data());
+    out_off_ = 0;
+    state_ = State::kSendAnswer;
 }
 
 int PathSetup::send_rest(bool *all, std::string *why)
@@ -147,6 +184,33 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
             if (int rc = connect_step(now, why); rc != 0) return rc;
             if (state_ == State::kConnect) return 0;
             continue;
+        case State::kMakeQps: {
+            int rc = 0;
+            if (!qp_work_done(&rc, why)) return 0; // local work: no deadline while it runs
+            if (role_ == Role::kConnector) {
+                if (rc != 0) return rc;
+                send_hello(now);
+                continue;
+            }
+            answer(rc);
+            if (rc != 0) {
+                bool ignored = false;
+                std::string w;
+                send_rest(&ignored, &w); // tell the connector why, best effort
+                return rc;
+            }
+            continue;
+        }
+        case State::kConnectQps: {
+            int rc = 0;
+            if (!qp_work_done(&rc, why)) return 0;
+            if (rc != 0) return rc;
+            out_.assign(4, 0);
+            put_le(out_.data(), kReadyMagic, 4);
+            out_off_ = 0;
+            state_ = State::kSendReady;
+            continue;
+        }
         case State::kSendHello:
             if (int rc = send_rest(&all, why); rc != 0) return rc;
             if (!all) break;
@@ -165,11 +229,7 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
                 return *why = std::string("the listener could not set up its end: ") + strerror(static_cast<int>(a.status)),
                        -static_cast<int>(a.status);
             if (a.end.ring_addr == 0 || a.end.ring_rkey == 0) return *why = "answer without a record ring", -EPROTO;
-            if (int rc = qps_->connect(a.end, why); rc != 0) return rc;
-            out_.assign(4, 0);
-            put_le(out_.data(), kReadyMagic, 4);
-            out_off_ = 0;
-            state_ = State::kSendReady;
+            start_qp_work([end = a.end](QpWork &w) { return w.qps->connect(end, &w.why); }, State::kConnectQps);
             continue;
         }
         case State::kSendReady:
@@ -183,22 +243,13 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
             if (!all) break;
             if (const char *bad = hello_.decode(in_.data())) return *why = bad, -EPROTO;
             if (const char *no = check(hello_); no != nullptr) return *why = no, -EACCES;
-            Answer a;
-            qps_ = std::make_unique<QpSet>();
-            int rc = qps_->create(fabric_.port_info(local_dev_), fabric_.qp_config(-1), why);
-            if (rc == 0) rc = qps_->connect(hello_.end, why);
-            if (rc != 0) a.status = static_cast<uint32_t>(-rc);
-            else a.end = qps_->local_end();
-            out_.assign(Answer::kSize, 0);
-            a.encode(out_.data());
-            out_off_ = 0;
-            state_ = State::kSendAnswer;
-            if (rc != 0) {
-                bool ignored = false;
-                std::string w;
-                send_rest(&ignored, &w); // tell the connector why, best effort
+            start_qp_work([port = fabric_.port_info(local_dev_), cfg = fabric_.qp_config(-1),
+                           end = hello_.end](QpWork &w) {
+                w.qps = std::make_unique<QpSet>();
+                int rc = w.qps->create(port, cfg, &w.why);
+                if (rc == 0) rc = w.qps->connect(end, &w.why);
                 return rc;
-            }
+            }, State::kMakeQps);
             continue;
         }
         case State::kSendAnswer:

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "../fabric.h"
 #include "../handle.h"
 #include "../rendezvous.h"
+#include "../setup_jobs.h"
 #include "../sockets/socket.h"
 #include "verbs_path.h"
 #include "verbs_wire.h"
@@ -28,14 +30,19 @@ class VerbsFabric;
 /// One path being set up, on either side: the socket, the bytes of the current message, and
 /// the QPs. Not thread-safe.
 ///
-///   connector: kConnect --connected; QPs made--> kSendHello --sent--> kReadAnswer
-///              --answer valid; QPs to RTS--> kSendReady --sent--> kDone
-///   listener:  kReadHello --hello valid and accepted; QPs made, to RTS--> kSendAnswer
-///              --sent--> kReadReady --ready word--> kDone
+///   connector: kConnect --connected--> kMakeQps --QPs made--> kSendHello --sent-->
+///              kReadAnswer --answer valid--> kConnectQps --QPs at RTS--> kSendReady --sent-->
+///              kDone
+///   listener:  kReadHello --hello valid and accepted--> kMakeQps --QPs made, at RTS-->
+///              kSendAnswer --sent--> kReadReady --ready word--> kDone
 ///
-/// A socket error, a closed socket, a malformed or refused message, a QP that cannot be made
-/// or connected, or no progress by the deadline fails step(); the set-up socket closes in
-/// order at kDone.
+/// kMakeQps and kConnectQps are the QP work (SetupJobs): it runs on the process's set-up
+/// thread while step() returns "in progress", so whoever steps the set-up (NCCL's proxy
+/// thread, a comm's rebuild under its lock, the listener hub on a progress thread) never
+/// waits for it; the deadline is not judged while it runs (the work is local and always
+/// ends). A socket error, a closed socket, a malformed or refused message, a QP that cannot
+/// be made or connected, or no progress by the deadline fails step(); the set-up socket
+/// closes in order at kDone.
 class PathSetup
 {
 public:
@@ -58,9 +65,27 @@ public:
     std::unique_ptr<QpSet> take_qps() { return std::move(qps_); }
 
 private:
-    enum class State { kConnect, kSendHello, kReadAnswer, kSendReady, kReadHello, kSendAnswer, kReadReady, kDone };
-    /// kConnect: the socket connects (rendezvous::Connect), then the QPs and the hello.
+    enum class State {
+        kConnect, kMakeQps, kSendHello, kReadAnswer, kConnectQps, kSendReady, kReadHello, kSendAnswer, kReadReady,
+        kDone
+    };
+    /// The QP work in flight on the set-up thread: the QP set it makes or connects, and why it
+    /// failed. Shared with the job, so a set-up dropped meanwhile frees nothing under it.
+    struct QpWork {
+        std::unique_ptr<QpSet> qps;
+        std::string why;
+    };
+    /// kConnect: the socket connects (rendezvous::Connect), then the QPs are asked for.
     int connect_step(uint64_t now, std::string *why);
+    /// Runs `work` (on qps_, moved to the job) on the set-up thread, or here when that thread
+    /// cannot start; state_ becomes `next_state`.
+    void start_qp_work(std::function<int(QpWork &)> work, State next_state);
+    /// Whether the QP work finished: qps_ is back, and *rc is its result (with *why).
+    bool qp_work_done(int *rc, std::string *why);
+    /// The hello and the move to kSendHello, once the connector's QPs exist.
+    void send_hello(uint64_t now);
+    /// The answer to the hello (the listener's end, or why it has none), into out_.
+    void answer(int rc);
     /// Writes the rest of out_; true when all of it is written.
     int send_rest(bool *all, std::string *why);
     /// Reads up to `want` bytes into in_; true when they are all there.
@@ -77,6 +102,9 @@ private:
     int tc_ = -1;
     Hello hello_;
     std::unique_ptr<QpSet> qps_;
+    std::shared_ptr<QpWork> work_;
+    std::shared_ptr<SetupJobs::Job> job_;
+    int work_rc_ = 0; // the QP work's result when it ran here (no job)
     std::vector<uint8_t> out_;
     size_t out_off_ = 0;
     std::array<uint8_t, Hello::kSize> in_{};
