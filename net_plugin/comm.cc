@@ -173,7 +173,9 @@ void Comm::on_tick() noexcept
     // it), so its tick is only its timers: no I/O pass over its paths.
     probed_ = false;
     // A port event noted for it (note_port_down) takes the full pass, which acts on it first.
-    if (wake_ && quiet_locked() && ports_down_.load(std::memory_order_relaxed) == 0) quiet_tick_locked(now);
+    if (wake_ && quiet_locked() && ports_down_.load(std::memory_order_relaxed) == 0 &&
+        ports_up_.load(std::memory_order_relaxed) == 0)
+        quiet_tick_locked(now);
     else engine_progress_locked();
     // A quiet comm's next timer work is a probe interval away if it probes a port pair; else
     // it parks, and the sweep wakes it for its pairs' probes and silence (port_pairs.h). A
@@ -252,9 +254,17 @@ void Comm::note_port_down(int dev) noexcept
     wake_timer();
 }
 
+void Comm::note_port_up(int dev) noexcept
+{
+    if (dev < 0 || dev >= kNotedDevs) return;
+    ports_up_.fetch_or(uint64_t{1} << dev, std::memory_order_release);
+    wake_timer();
+}
+
 void Comm::take_port_events_locked() noexcept
 {
-    if (ports_down_.load(std::memory_order_relaxed) == 0) return;
+    if (ports_down_.load(std::memory_order_relaxed) == 0 && ports_up_.load(std::memory_order_relaxed) == 0)
+        return;
     uint64_t m = ports_down_.exchange(0, std::memory_order_acquire);
     while (m != 0) {
         const int dev = __builtin_ctzll(m);
@@ -267,6 +277,10 @@ void Comm::take_port_events_locked() noexcept
         if (cause.empty()) cause = "port down (dev " + std::to_string(dev) + ")";
         port_down_locked(dev, cause);
     }
+    // After the downs: a port that went down and came back between two passes is left, then
+    // rebuilt at once.
+    for (uint64_t up = ports_up_.exchange(0, std::memory_order_acquire); up != 0; up &= up - 1)
+        port_up_locked(__builtin_ctzll(up));
 }
 
 void Comm::wake_timer() noexcept

@@ -169,6 +169,11 @@ public:
     /// locks or doing their failovers one after another while the watchdogs of the last ones
     /// run out. Lock-free; any thread. The failover names set_port_down_cause()'s text.
     void note_port_down(int dev) noexcept;
+    /// A local port came back: noted as note_port_down() notes; at the comm's next pass a
+    /// sending comm starts rebuilding its dead paths on `dev` at once, not after their backoff
+    /// (port_up_locked). Lock-free; any thread: the event thread never waits for a comm, nor
+    /// runs its set-up work (SetupJobs).
+    void note_port_up(int dev) noexcept;
     /// What took device `dev` down ("port eth0 down (netlink)"), for the failovers that
     /// note_port_down() leads to; set before noting. Thread-safe (a leaf lock).
     static void set_port_down_cause(int dev, const std::string &cause);
@@ -181,9 +186,13 @@ protected:
     /// Progress every path; called with mu_ held. Implementations begin with
     /// take_port_events_locked().
     virtual void progress_locked() noexcept = 0;
-    /// port_down_locked() for each device note_port_down() noted since the last call. Called
-    /// with mu_ held.
+    /// port_down_locked() for each device note_port_down() noted since the last call, then
+    /// port_up_locked() for each one note_port_up() noted. Called with mu_ held.
     void take_port_events_locked() noexcept;
+    /// A local port came back (note_port_up): dead paths on `dev` may be rebuilt now. Called
+    /// with mu_ held; the caller runs progress next. A receiving comm has nothing to do (its
+    /// sender rebuilds).
+    virtual void port_up_locked(int /*dev*/) noexcept {}
     /// A local port went down: leave every path of this connection on `dev`, naming `cause`.
     /// Called with mu_ held; the caller runs progress next.
     virtual void port_down_locked(int dev, const std::string &cause) noexcept = 0;
@@ -301,6 +310,8 @@ protected:
     std::atomic<bool> kick_{false};
     /// Devices noted down (note_port_down), bit d for device d, not yet acted on.
     std::atomic<uint64_t> ports_down_{0};
+    /// Devices noted up (note_port_up), likewise.
+    std::atomic<uint64_t> ports_up_{0};
     /// Whether the engine wants to be woken by this comm's fds (their epoll interest, and
     /// rearm's `arm`); decided at each timer tick from polled_. Under mu_.
     bool wake_ = true;

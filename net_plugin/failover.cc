@@ -50,12 +50,17 @@ void SendComm::port_down_locked(int dev, const std::string &cause) noexcept
 void SendComm::port_up(int dev) noexcept
 {
     Locked g(*this);
+    port_up_locked(dev);
+    progress_locked();
+}
+
+void SendComm::port_up_locked(int dev) noexcept
+{
     for (PathSlot &sl : paths_) {
         if (sl.alive() || devs_[static_cast<size_t>(&sl - paths_.data())] != dev) continue;
         sl.next_rebuild_ns = 0;
         sl.backoff_ns = cfg_.rebuild_backoff_min_ns;
     }
-    progress_locked();
 }
 
 void SendComm::failover_locked(int dead, const std::string &cause) noexcept

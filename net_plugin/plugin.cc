@@ -31,9 +31,10 @@
 namespace vigil::net {
 namespace {
 
-/// Port events reach every live comm. A port down is only noted here (Comm::note_port_down):
-/// each comm fails over at its own next progress, so telling thousands of them takes
-/// microseconds each on the event thread.
+/// Port events reach every live comm. They are only noted here (Comm::note_port_down,
+/// note_port_up): each comm fails over, or starts its rebuilds, at its own next progress, so
+/// telling thousands of them takes microseconds each on the event thread, which never waits
+/// for a comm's lock.
 class CommRegistry final : public PortEventSink
 {
 public:
@@ -52,7 +53,7 @@ public:
         std::lock_guard<std::mutex> lock(mu_);
         const uint64_t t0 = now_ns();
         if (up) {
-            for (SendComm *c : send_) c->port_up(dev);
+            for (SendComm *c : send_) c->note_port_up(dev);
         } else {
             Comm::set_port_down_cause(dev, cause);
             for (SendComm *c : send_) c->note_port_down(dev);

@@ -115,7 +115,9 @@ public:
     /// A local port went down: leave every path of this connection on `dev` now (the
     /// process's port events use note_port_down() instead). Thread-safe.
     void port_down(int dev, const std::string &cause) noexcept;
-    /// A local port came back: rebuild dead paths on `dev` now, not after their backoff.
+    /// A local port came back: rebuild dead paths on `dev` now, not after their backoff, on
+    /// the calling thread (the process's port events use note_port_up() instead).
+    /// Thread-safe.
     void port_up(int dev) noexcept;
     /// Device of the active path, or -1. Thread-safe.
     int active_dev() noexcept;
@@ -263,6 +265,7 @@ private:
     bool quiet_locked() const noexcept override;
     void quiet_tick_locked(uint64_t now) noexcept override { watchdogs_locked(now); }
     void port_down_locked(int dev, const std::string &cause) noexcept override;
+    void port_up_locked(int dev) noexcept override;
     /// A standby's pair is watched for silence while parked (watchdogs_locked()).
     int pair_uses_locked(std::array<PairUse, kMaxPaths> *out) const noexcept override;
     const FailoverConfig &failover_config() const noexcept override { return cfg_; }

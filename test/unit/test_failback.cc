@@ -577,6 +577,39 @@ TEST_CASE("port_up resets the rebuild backoff: the next attempt comes at once", 
     t.check_spent();
 }
 
+TEST_CASE("note_port_up only notes: the comm's own next pass rebuilds, at once", "[failback]")
+{
+    const auto cfg = config(1000);
+    Net n(cfg);
+    Traffic t(n);
+    t.one();
+    t.run();
+    n.send->fail_path(kPrimary, "injected port failure", true);
+    // Let the backoff grow to its bound while the port is down: gaps 5, 10, ... 640 ms, and
+    // the attempt after the ninth refused one is a second away. Then the port is back.
+    const auto &a = n.fab.refused[kPrimary];
+    drive_until(t, [&] { return a.size() >= 9; }, 3000, "nine refused rebuilds");
+    REQUIRE(a.size() == 9);
+    n.fab.refuse[kPrimary] = false;
+
+    // What the port-event thread calls: no set-up work on the caller's thread.
+    n.send->note_port_up(10);
+    CHECK(n.fab.attempts[kPrimary].size() == 9);
+    CHECK(n.send->stats().rebuilds == 0);
+    // The comm's next pass starts the rebuild, not the backoff a second after the last try.
+    drive_until(t, [&] { return n.send->stats().rebuilds == 1; }, 900, "the rebuild");
+    REQUIRE(n.fab.rebuilt_ns[kPrimary].size() == 1);
+    CHECK(n.fab.rebuilt_ns[kPrimary][0] - a[8] < 900 * kMs);
+    CHECK(n.fab.attempts[kPrimary].size() == 10);
+    drive_until(t, [&] { return n.send->stats().failbacks == 1; }, 2000, "the failback");
+    CHECK(n.send->active_dev() == 10);
+    t.one();
+    t.run();
+    n.check_posting();
+    n.check_exactly_once(static_cast<uint64_t>(t.next_id()), t.bytes());
+    t.check_spent();
+}
+
 // ---- Defects found in the core --------------------------------------------------------------
 
 TEST_CASE("failback drain: the rebuilt primary dies while the backup drains; new messages "
