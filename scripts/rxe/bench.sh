@@ -26,7 +26,10 @@
 #              of one BENCH_SCALE_BYTES (16K) message on every connection, every byte checked,
 #              then BENCH_IDLE (10) s with all open and nothing posted. Per N and side: set-up
 #              time, a round's time per connection, idle CPU and wake-ups a second over the
-#              idle phase's second half, resident memory and fds per connection
+#              idle phase's second half, resident memory and fds per connection. Then
+#              (BENCH_CUT=1, the default) per N the port cut under load of bench_scale.sh:
+#              rank 0's port a0 down 4 s into 12 s of rounds, up 4 s later; per connection in
+#              flight at the cut, the time to its message landing (scripts/fanout_cut.py)
 # From the host:  scripts/rxe/vm.sh 'scripts/rxe/topo.sh up && scripts/rxe/bench.sh'
 # Environment: BENCH_BUILD (build directory, default build), ROUNDS (3), FAULTS (24),
 # BENCH_TESTS (default "bandwidth latency failover"; "multipath", "degraded" and "scale" on
@@ -275,4 +278,38 @@ PY
     done
     echo
     echo "(under TCG: compare how each column grows with N, not the absolute figures)"
+    if [[ ${BENCH_CUT:-1} == 1 ]]; then
+        # The port cut under load (scripts/bench_scale.sh's second table): rounds for 12 s,
+        # rank 0's port a0 (the primary of half the connections) down after 4 s, up 4 s later.
+        source scripts/bench_lib.sh
+        fail_a0() { "$topo" port a0 down; }
+        restore_a0() { "$topo" port a0 up; }
+        echo
+        echo "rank 0's port a0 down 4 s into 12 s of rounds, up 4 s later:"
+        echo
+        echo '```'
+        python3 scripts/fanout_cut.py --header
+        mono_clock_init
+        for c in ${BENCH_CONNS:-16 64 256}; do
+            n=$((n + 1))
+            for r in 1 0; do
+                VIGIL_IB_HCA=${hca[r]} "$nb" --plugin "$plugin" --rank "$r" --nranks 2 "${yield[@]}" \
+                    --rendezvous "unix:$tmp/rdv.$n" --timeout 600 --workload fanout --channels "$c" \
+                    --bytes "${BENCH_SCALE_BYTES:-16K}" --idle 0 --duration 12 >"$tmp/out$n.$r" 2>"$tmp/err$n.$r" &
+                pids[r]=$!
+            done
+            for _ in $(seq 1200); do grep -q "^# fanout" "$tmp/out$n.0" 2>/dev/null && break; sleep 0.1; done
+            sleep 4
+            cut_restore 4000000 fail_a0 restore_a0 2>/dev/null
+            if ! wait "${pids[0]}" || ! wait "${pids[1]}"; then
+                echo "bench: the cut at $c connections failed" >&2
+                tail -n 5 "$tmp/out$n.0" "$tmp/err$n.0" "$tmp/err$n.1" >&2
+                break
+            fi
+            pids=()
+            python3 scripts/fanout_cut.py "$tmp/out$n.0" "$tmp/out$n.1" "$cut_t" "$restore_t"
+            "$topo" wait a0 active 30 >/dev/null || true
+        done
+        echo '```'
+    fi
 fi
