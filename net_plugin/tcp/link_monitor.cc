@@ -7,11 +7,7 @@
 #include <linux/if.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <system_error>
 #include <unistd.h>
 
 #include "clock.h"
@@ -21,7 +17,7 @@ namespace vigil::net::tcp {
 
 int LinkMonitor::start(std::vector<std::string> ifnames, Callback on_change)
 {
-    if (thread_.joinable()) return -EBUSY;
+    if (thread_.running()) return -EBUSY;
     int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (fd < 0) return -errno;
     fd_.reset(fd);
@@ -33,36 +29,22 @@ int LinkMonitor::start(std::vector<std::string> ifnames, Callback on_change)
         fd_.reset();
         return rc;
     }
-    stop_fd_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!stop_fd_) {
-        int rc = -errno;
-        fd_.reset();
-        return rc;
-    }
     names_ = std::move(ifnames);
     up_ = std::make_unique<std::atomic<bool>[]>(names_.size());
     for (size_t i = 0; i < names_.size(); ++i) up_[i].store(true);
     cb_ = std::move(on_change);
-    try {
-        thread_ = std::thread([this] { run(); });
-    } catch (const std::system_error &e) {
+    if (int rc = thread_.start(fd, "vigil-links", "link monitor", [this] { drain(); }); rc != 0) {
         fd_.reset();
-        stop_fd_.reset();
-        return e.code().value() > 0 ? -e.code().value() : -EAGAIN;
+        return rc;
     }
-    pthread_setname_np(thread_.native_handle(), "vigil-links");
     return 0;
 }
 
 void LinkMonitor::stop() noexcept
 {
-    if (!thread_.joinable()) return;
-    const uint64_t one = 1;
-    if (::write(stop_fd_.get(), &one, sizeof one) != sizeof one)
-        VLOG_WARN("link monitor: cannot wake its thread: %s", strerror(errno));
-    thread_.join();
+    if (!thread_.running()) return;
+    thread_.stop();
     fd_.reset();
-    stop_fd_.reset();
 }
 
 bool LinkMonitor::up(int dev) const
@@ -70,26 +52,7 @@ bool LinkMonitor::up(int dev) const
     return dev < 0 || static_cast<size_t>(dev) >= names_.size() || up_[static_cast<size_t>(dev)].load();
 }
 
-void LinkMonitor::run() noexcept
-{
-    pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-    for (;;) {
-        const int ready = ::poll(fds, 2, -1);
-        if (ready < 0) {
-            if (errno == EINTR) continue;
-            VLOG_WARN("link monitor: poll on the netlink socket: %s; no more port events", strerror(errno));
-            return;
-        }
-        if (fds[1].revents != 0) return;
-        if ((fds[0].revents & (POLLERR | POLLNVAL)) != 0 && (fds[0].revents & POLLIN) == 0) {
-            VLOG_WARN("link monitor: the netlink socket failed; no more port events");
-            return;
-        }
-        drain();
-    }
-}
-
-void LinkMonitor::drain() noexcept
+void LinkMonitor::drain()
 {
     alignas(nlmsghdr) char buf[16384];
     for (;;) {

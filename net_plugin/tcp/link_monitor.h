@@ -8,9 +8,9 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "../poll_thread.h"
 #include "../sockets/socket.h"
 
 namespace vigil::net::tcp {
@@ -44,12 +44,11 @@ public:
     bool up(int dev) const;
 
 private:
-    void run() noexcept;
     /// Reads every message queued on the socket and reports the transitions among them.
-    void drain() noexcept;
+    void drain();
 
-    UniqueFd fd_, stop_fd_;
-    std::thread thread_;
+    UniqueFd fd_;
+    PollThread thread_;
     std::vector<std::string> names_;
     std::unique_ptr<std::atomic<bool>[]> up_;
     Callback cb_;

@@ -5,10 +5,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include "clock.h"
 #include "lib.h"
@@ -38,86 +34,53 @@ AsyncEventThread::~AsyncEventThread()
 
 int AsyncEventThread::start(ibv_context *ctx, const std::string &name, Handler handler)
 {
-    if (thread_.joinable()) return -EBUSY;
+    if (thread_.running()) return -EBUSY;
     const int flags = fcntl(ctx->async_fd, F_GETFL);
     if (flags < 0 || fcntl(ctx->async_fd, F_SETFL, flags | O_NONBLOCK) != 0) return -errno;
-    stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (stop_fd_ < 0) return -errno;
     ctx_ = ctx;
     name_ = name;
     handler_ = std::move(handler);
-    try {
-        thread_ = std::thread([this] { run(); });
-    } catch (const std::system_error &e) {
-        ::close(stop_fd_);
-        stop_fd_ = -1;
-        return -e.code().value();
-    }
     // "vigil-ev-" + up to 6 characters: thread names hold 15.
-    const std::string tname = "vigil-ev-" + name_.substr(0, 6);
-    pthread_setname_np(thread_.native_handle(), tname.c_str());
-    return 0;
+    return thread_.start(ctx->async_fd, "vigil-ev-" + name_.substr(0, 6), "dev " + name_, [this] { drain(); });
 }
 
 void AsyncEventThread::stop() noexcept
 {
-    if (!thread_.joinable()) return;
-    const uint64_t one = 1;
-    if (::write(stop_fd_, &one, sizeof one) != sizeof one)
-        VLOG_WARN("dev %s: cannot wake the event thread: %s", name_.c_str(), strerror(errno));
-    thread_.join();
-    ::close(stop_fd_);
-    stop_fd_ = -1;
+    thread_.stop();
 }
 
-void AsyncEventThread::run() noexcept
+void AsyncEventThread::drain()
 {
-    pollfd fds[2] = {{ctx_->async_fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    // Every event that is there; the fd is non-blocking.
     for (;;) {
-        const int ready = ::poll(fds, 2, -1);
-        if (ready < 0) {
-            if (errno == EINTR) continue;
-            VLOG_WARN("dev %s: poll on the async fd: %s; no more port events", name_.c_str(),
-                      strerror(errno));
-            return;
+        ibv_async_event ev{};
+        if (verbs::lib().get_async_event(ctx_, &ev) != 0) break;
+        AsyncEvent out;
+        out.type = ev.event_type;
+        out.time_ns = now_ns();
+        if (is_port_event(ev.event_type)) {
+            out.port = ev.element.port_num;
+        } else if (ev.event_type == IBV_EVENT_QP_FATAL ||
+                   ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+                   ev.event_type == IBV_EVENT_QP_ACCESS_ERR ||
+                   ev.event_type == IBV_EVENT_COMM_EST ||
+                   ev.event_type == IBV_EVENT_SQ_DRAINED ||
+                   ev.event_type == IBV_EVENT_PATH_MIG ||
+                   ev.event_type == IBV_EVENT_PATH_MIG_ERR ||
+                   ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
+            out.qp_num = ev.element.qp->qp_num;
+            out.qp_context = ev.element.qp->qp_context;
         }
-        if (fds[1].revents != 0) return;
-        if ((fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0 &&
-            (fds[0].revents & POLLIN) == 0) {
-            VLOG_WARN("dev %s: the async fd failed; no more port events", name_.c_str());
-            return;
+        try {
+            if (handler_) handler_(out);
+        } catch (const std::exception &e) {
+            VLOG_WARN("dev %s: event handler failed on %s: %s", name_.c_str(),
+                      verbs::event_type_name(out.type), e.what());
+        } catch (...) {
+            VLOG_WARN("dev %s: event handler failed on %s", name_.c_str(),
+                      verbs::event_type_name(out.type));
         }
-        // Drain every event that is there; the fd is non-blocking.
-        for (;;) {
-            ibv_async_event ev{};
-            if (verbs::lib().get_async_event(ctx_, &ev) != 0) break;
-            AsyncEvent out;
-            out.type = ev.event_type;
-            out.time_ns = now_ns();
-            if (is_port_event(ev.event_type)) {
-                out.port = ev.element.port_num;
-            } else if (ev.event_type == IBV_EVENT_QP_FATAL ||
-                       ev.event_type == IBV_EVENT_QP_REQ_ERR ||
-                       ev.event_type == IBV_EVENT_QP_ACCESS_ERR ||
-                       ev.event_type == IBV_EVENT_COMM_EST ||
-                       ev.event_type == IBV_EVENT_SQ_DRAINED ||
-                       ev.event_type == IBV_EVENT_PATH_MIG ||
-                       ev.event_type == IBV_EVENT_PATH_MIG_ERR ||
-                       ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
-                out.qp_num = ev.element.qp->qp_num;
-                out.qp_context = ev.element.qp->qp_context;
-            }
-            try {
-                if (handler_) handler_(out);
-            } catch (const std::exception &e) {
-                VLOG_WARN("dev %s: event handler failed on %s: %s", name_.c_str(),
-                          verbs::event_type_name(out.type), e.what());
-            } catch (...) {
-                VLOG_WARN("dev %s: event handler failed on %s", name_.c_str(),
-                          verbs::event_type_name(out.type));
-            }
-            verbs::lib().ack_async_event(&ev);
-        }
+        verbs::lib().ack_async_event(&ev); // always, or destroying what it names would wait
     }
 }
 

@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <thread>
 
 #include <infiniband/verbs.h>
+
+#include "poll_thread.h"
 
 namespace vigil::net::ib {
 
@@ -48,16 +49,16 @@ public:
     [[nodiscard]] int start(ibv_context *ctx, const std::string &name, Handler handler);
     /// Ends the thread and waits for it; idempotent. The handler is not called afterwards.
     void stop() noexcept;
-    bool running() const noexcept { return thread_.joinable(); }
+    bool running() const noexcept { return thread_.running(); }
 
 private:
-    void run() noexcept;
+    /// Reads and hands over every event queued on the context's async fd.
+    void drain();
 
     ibv_context *ctx_ = nullptr;
-    int stop_fd_ = -1;
     Handler handler_;
     std::string name_;
-    std::thread thread_;
+    PollThread thread_;
 };
 
 } // namespace vigil::net::ib
