@@ -136,6 +136,11 @@ public:
     virtual bool done() const = 0;
     /// What the hello said; conn_id 0 until it was read.
     virtual const Intro &intro() const = 0;
+    /// How the arrival asks to be stepped again at once, when work it waits for finishes
+    /// off the listener's threads (verbs: its QP work, SetupJobs); without it the listener
+    /// steps it at its next engine tick. Any thread may call `wake`, even after the listener
+    /// is gone. Default: not needed.
+    virtual void set_wake(std::function<void()> /*wake*/) {}
     /// The listener's device (index) it arrived on, and the connector's address.
     int dev() const { return dev_; }
     const Endpoint &peer() const { return peer_; }
@@ -285,6 +290,12 @@ private:
     NonceRefusals refusals_;
     std::atomic<bool> ticking_{false}; // engine timer wanted (pending_ or grouping_)
     bool watched_ = false;             // registered with the progress engine
+    // An eventfd among the watched fds: an arrival whose off-thread work finished writes it
+    // (Arrival::set_wake), and the engine pumps at once. Shared with those wakes, which may
+    // outlive the hub (the fd closes with the last of them).
+    std::shared_ptr<UniqueFd> kick_;
+    /// The wake handed to each arrival (empty while the engine does not watch the hub).
+    std::function<void()> waker_locked() const;
 };
 
 /// Where a fabric keeps its hub: the live one, or a new one once the last is gone (its

@@ -16,11 +16,12 @@ SetupJobs &SetupJobs::process()
     return *jobs;
 }
 
-std::shared_ptr<SetupJobs::Job> SetupJobs::run(std::function<int()> fn) noexcept
+std::shared_ptr<SetupJobs::Job> SetupJobs::run(std::function<int()> fn, std::function<void()> on_done) noexcept
 {
     try {
         auto job = std::make_shared<Job>();
         job->fn_ = std::move(fn);
+        job->on_done_ = std::move(on_done);
         std::lock_guard<std::mutex> g(mu_);
         const pid_t me = getpid();
         if (owner_ != me) {
@@ -66,6 +67,13 @@ void SetupJobs::loop() noexcept
         job->fn_ = nullptr; // what it captured goes here, not with the submitter's handle
         job->rc_ = rc;
         job->done_.store(true, std::memory_order_release);
+        if (job->on_done_) {
+            try {
+                job->on_done_();
+            } catch (...) {
+            }
+            job->on_done_ = nullptr;
+        }
         job.reset();
         lk.lock();
         --running_;

@@ -40,15 +40,18 @@ public:
     private:
         friend class SetupJobs;
         std::function<int()> fn_;
+        std::function<void()> on_done_;
         int rc_ = 0;
         std::atomic<bool> done_{false};
     };
 
     /// The process's worker (never destroyed: v8-v10 never finalize).
     static SetupJobs &process();
-    /// Queues `fn` (0 or -errno; exceptions are caught). Returns its handle, or nullptr when
-    /// the worker thread cannot be started (the caller then runs the work itself).
-    std::shared_ptr<Job> run(std::function<int()> fn) noexcept;
+    /// Queues `fn` (0 or -errno; exceptions are caught). `on_done`, when given, is called on
+    /// the worker thread once the job is done (to wake whoever polls it; it must not block
+    /// and must not throw). Returns the job's handle, or nullptr when the worker thread
+    /// cannot be started (the caller then runs the work itself).
+    std::shared_ptr<Job> run(std::function<int()> fn, std::function<void()> on_done = {}) noexcept;
     /// Jobs queued or running now (for tests and diagnostics).
     size_t pending() const noexcept;
 

@@ -104,7 +104,7 @@ void PathSetup::start_qp_work(std::function<int(QpWork &)> work, State next_stat
     work_ = std::make_shared<QpWork>();
     work_->qps = std::move(qps_);
     state_ = next_state;
-    job_ = SetupJobs::process().run([w = work_, work = std::move(work)] { return work(*w); });
+    job_ = SetupJobs::process().run([w = work_, work = std::move(work)] { return work(*w); }, wake_);
     if (!job_) work_rc_ = work(*work_); // no set-up thread: here, as before it existed
 }
 
@@ -302,6 +302,7 @@ public:
     }
     bool done() const override { return setup_.done(); }
     const rendezvous::Intro &intro() const override { return intro_; }
+    void set_wake(std::function<void()> wake) override { setup_.set_wake(std::move(wake)); }
     PathSetup &setup() { return setup_; }
 
 private:

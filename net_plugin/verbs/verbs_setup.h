@@ -63,6 +63,8 @@ public:
     /// The finished path's identity and QPs (once done()).
     PathIdentity identity() const;
     std::unique_ptr<QpSet> take_qps() { return std::move(qps_); }
+    /// Called on the set-up thread when QP work finishes (Arrival::set_wake).
+    void set_wake(std::function<void()> wake) { wake_ = std::move(wake); }
 
 private:
     enum class State {
@@ -105,6 +107,7 @@ private:
     std::shared_ptr<QpWork> work_;
     std::shared_ptr<SetupJobs::Job> job_;
     int work_rc_ = 0; // the QP work's result when it ran here (no job)
+    std::function<void()> wake_;
     std::vector<uint8_t> out_;
     size_t out_off_ = 0;
     std::array<uint8_t, Hello::kSize> in_{};

@@ -105,3 +105,26 @@ TEST_CASE("a set-up job that throws reports -ENOMEM and the worker goes on", "[s
     CHECK(bad->rc() == -ENOMEM);
     CHECK(next->rc() == 0);
 }
+
+TEST_CASE("a set-up job's on_done runs on the set-up thread once the job is done", "[setup_jobs]")
+{
+    std::atomic<bool> saw_done{false};
+    std::atomic<std::thread::id> woke_on{};
+    std::shared_ptr<SetupJobs::Job> job;
+    std::atomic<bool> queued{false};
+    job = SetupJobs::process().run([] { return -EAGAIN; },
+                                   [&] {
+                                       while (!queued.load()) std::this_thread::yield();
+                                       saw_done.store(job->done());
+                                       woke_on.store(std::this_thread::get_id());
+                                   });
+    queued.store(true);
+    REQUIRE(job != nullptr);
+    REQUIRE(wait_done(job));
+    for (int i = 0; i < 10000 && woke_on.load() == std::thread::id{}; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(saw_done.load());
+    CHECK(woke_on.load() != std::thread::id{});
+    CHECK(woke_on.load() != std::this_thread::get_id());
+    CHECK(job->rc() == -EAGAIN);
+}
