@@ -23,10 +23,9 @@ int QpSet::create(const PortInfo &port, const QpConfig &cfg, std::string *why)
     if (int rc = verbs::CompChannel::create(ctx, &ch_); rc != 0) return bad(rc, "cannot create a completion channel");
     const int depth = cfg.nqps * static_cast<int>(kSendDepth + kRecvDepth);
     if (int rc = verbs::Cq::create(ctx, depth, &ch_, this, &cq_); rc != 0) return bad(rc, "cannot create a CQ");
-    send_off_ = static_cast<size_t>(cfg.nqps) * kRecvDepth * kCtlBytes;
-    out_off_ = send_off_ + kCtlSlots * kCtlBytes;
-    ring_off_ = out_off_ + kMaxInflight * kRecordBytes;
-    ctl_bytes_ = ring_off_ + kMaxInflight * kRecordBytes;
+    send_off_ = kCtlSlots * kCtlBytes;
+    rec_off_ = send_off_ + kCtlSlots * kCtlBytes;
+    ctl_bytes_ = rec_off_ + kMaxInflight * kRecordBytes;
     ctl_.reset(new uint8_t[ctl_bytes_]());
     if (int rc = verbs::Mr::reg(port.hca->pd(), ctl_.get(), ctl_bytes_, kAccess, &mr_); rc != 0)
         return bad(rc, "cannot register the control memory");
@@ -40,7 +39,7 @@ int QpSet::create(const PortInfo &port, const QpConfig &cfg, std::string *why)
         if (int rc = qp.to_init(port.port, kAccess); rc != 0) return bad(rc, "cannot move a QP to INIT");
         qps_.push_back(std::move(qp));
         for (uint32_t s = 0; s < kRecvDepth; ++s)
-            if (int rc = repost(i, s); rc != 0) return bad(rc, "cannot post receives");
+            if (int rc = repost(i); rc != 0) return bad(rc, "cannot post receives");
     }
     random_bytes(&psn_, sizeof(psn_));
     psn_ &= 0xffffff;
@@ -56,8 +55,9 @@ PathEnd QpSet::local_end() const
     e.psn = psn_;
     e.gid = port_.gid;
     for (size_t i = 0; i < qps_.size(); ++i) e.qpn[i] = qps_[i].num();
-    e.ring_addr = reinterpret_cast<uintptr_t>(ctl_.get() + ring_off_);
-    e.ring_rkey = mr_.rkey();
+    e.ring_addr = reinterpret_cast<uintptr_t>(ctl_.get() + rec_off_);
+    e.ctl_addr = reinterpret_cast<uintptr_t>(ctl_.get());
+    e.rkey = mr_.rkey();
     return e;
 }
 
@@ -103,13 +103,13 @@ void QpSet::to_error()
     for (verbs::Qp &q : qps_) (void)q.to_error();
 }
 
-int QpSet::repost(int qp, uint32_t slot)
+int QpSet::repost(int qp)
 {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(recv_slot(qp, slot)), kCtlBytes, mr_.lkey()};
+    // Only writes with immediate consume receives: no scatter list (as net_ib's ncclIbIrecv).
     ibv_recv_wr wr{};
-    wr.wr_id = WrId::make(WrId::kRecv, static_cast<uint64_t>(qp) << 24 | slot);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    wr.wr_id = WrId::make(WrId::kRecv, static_cast<uint64_t>(qp));
+    wr.sg_list = nullptr;
+    wr.num_sge = 0;
     ibv_recv_wr *bad = nullptr;
     return qps_[static_cast<size_t>(qp)].post_recv(&wr, &bad);
 }

@@ -17,17 +17,25 @@
 
 namespace vigil::net::verbs_fabric {
 
-/// Receive work requests kept posted per QP (records and control messages both consume one).
-inline constexpr uint32_t kRecvDepth = 512;
-/// Control messages a path end may have in flight (send slots).
-inline constexpr uint32_t kCtlSlots = 64;
-/// Send work requests per QP: a payload and a record per message in flight, plus control.
-inline constexpr uint32_t kSendDepth = 2 * kMaxInflight + kCtlSlots;
+/// Queue depths. Providers round a queue up to a power of two (rxe after adding one slot, in
+/// the kernel's rxe_queue_init), so each depth is one below one: under rxe 576 send WRs took
+/// 1,024 slots. The CQ takes every send and receive of the set's QPs (1,022: 1,024 slots).
+/// Receive work requests kept posted per QP, without buffers: every write with immediate
+/// (a record, a short message, a piece, a control message, a credit) consumes one.
+inline constexpr uint32_t kRecvDepth = 511;
+/// Send work requests per QP.
+inline constexpr uint32_t kSendDepth = 511;
+/// Of them, the work requests data may use: control messages (kCtlSlots) and one credit
+/// always find room.
+inline constexpr uint32_t kDataDepth = kSendDepth - kCtlSlots - 1;
+static_assert(kDataDepth >= kMaxInflight, "every message the window allows fits on one QP as a short write");
+static_assert(kRecvDepth >= kDataDepth + kCtlSlots + 1,
+              "each write with immediate the peer may have outstanding on a QP finds a receive");
 
 /// A work request's wr_id: its kind in the top 8 bits, a value below (a sequence number, a
-/// control send slot, or a receive's QP << 24 | slot).
+/// control message's count, or a receive's QP index).
 struct WrId {
-    static constexpr uint64_t kRecord = 1, kCtlSend = 2, kRecv = 3, kData = 4;
+    static constexpr uint64_t kRecord = 1, kCtlSend = 2, kRecv = 3, kData = 4, kCredit = 5;
     static uint64_t make(uint64_t kind, uint64_t value) { return kind << 56 | value; }
     static uint64_t kind(uint64_t id) { return id >> 56; }
     static uint64_t value(uint64_t id) { return id & ((uint64_t{1} << 56) - 1); }
@@ -54,8 +62,10 @@ struct QpConfig {
 };
 
 /// What one end of a path is made of: its RC QPs, one CQ with a completion channel (the fd
-/// the progress engine watches), and one registered block of control memory (receive slots,
-/// send slots, the outgoing records and, receiver side, the record ring the peer writes).
+/// the progress engine watches), and one registered block of control memory: the control ring
+/// the peer writes (kCtlSlots slots), the slots this end writes its own control messages from,
+/// and kMaxInflight records (a sender's outgoing ones, or the ring a receiver's peer writes):
+/// 26 KiB. Receives carry no buffer.
 /// Owned by one path object; not thread-safe.
 class QpSet
 {
@@ -78,13 +88,18 @@ public:
     int fd() const { return ch_.fd(); }
     const PortInfo &port() const { return port_; }
     const PathEnd &remote() const { return remote_; }
-    uint8_t *recv_slot(int qp, uint32_t slot) { return ctl_.get() + (static_cast<size_t>(qp) * kRecvDepth + slot) * kCtlBytes; }
-    uint8_t *send_slot(uint32_t slot) { return ctl_.get() + send_off_ + static_cast<size_t>(slot) * kCtlBytes; }
-    uint8_t *out_record(uint64_t seq) { return ctl_.get() + out_off_ + (seq % kMaxInflight) * kRecordBytes; }
-    const uint8_t *in_record(uint64_t seq) const { return ctl_.get() + ring_off_ + (seq % kMaxInflight) * kRecordBytes; }
+    /// Control message `n` from the peer (its slot in this end's control ring).
+    const uint8_t *ctl_in(uint64_t n) const { return ctl_.get() + (n % kCtlSlots) * kCtlBytes; }
+    /// Where this end's control message `n` is written from, and where it goes in the peer's ring.
+    uint8_t *ctl_out(uint64_t n) { return ctl_.get() + send_off_ + (n % kCtlSlots) * kCtlBytes; }
+    uint64_t ctl_remote(uint64_t n) const { return remote_.ctl_addr + (n % kCtlSlots) * kCtlBytes; }
+    /// The records: a sender's, written from here; a receiver's record ring, written by the
+    /// sender (one region, as an end is one or the other).
+    uint8_t *out_record(uint64_t seq) { return ctl_.get() + rec_off_ + (seq % kMaxInflight) * kRecordBytes; }
+    const uint8_t *in_record(uint64_t seq) const { return ctl_.get() + rec_off_ + (seq % kMaxInflight) * kRecordBytes; }
     uint32_t lkey() const { return mr_.lkey(); }
-    /// Posts receive slot `slot` of QP `qp` again. 0 or -errno.
-    int repost(int qp, uint32_t slot);
+    /// Posts one receive (no buffer) on QP `qp`. 0 or -errno.
+    int repost(int qp);
     /// Takes the completion channel's events and, when `arm`, arms the CQ again once an event
     /// consumed the previous arm (the first call arms it). Never blocks. Called before the
     /// progress engine polls the CQ; the caller polls the CQ after it, so a completion that
@@ -101,7 +116,7 @@ private:
     verbs::Cq cq_;
     std::vector<verbs::Qp> qps_;
     std::unique_ptr<uint8_t[]> ctl_;
-    size_t send_off_ = 0, out_off_ = 0, ring_off_ = 0, ctl_bytes_ = 0;
+    size_t send_off_ = 0, rec_off_ = 0, ctl_bytes_ = 0;
     verbs::Mr mr_;
     bool armed_ = false;
     bool dead_ = false;

@@ -61,19 +61,18 @@ void VerbsRecvPath::goodbye()
 
 void VerbsRecvPath::drain(RecvSink &sink)
 {
-    eng_.drain([&](const ibv_wc &w, int) {
-        if (WrId::kind(w.wr_id) != WrId::kRecv) return true;
-        if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    eng_.drain(
+        [&](const ibv_wc &w, int) {
+            if (WrId::kind(w.wr_id) != WrId::kRecv) return true;
             PathStatus later; // a bad record fails the path: the next progress() says so
             on_write(w, sink, &later);
             return true;
-        }
-        // A control message may need a reply: it waits for progress(), in order.
-        const uint64_t v = WrId::value(w.wr_id);
-        const uint8_t *m = eng_.qps().recv_slot(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff));
-        deferred_ctl_.emplace_back(m, m + std::min<uint32_t>(w.byte_len, kCtlBytes));
-        return true;
-    });
+        },
+        [&](const uint8_t *m, size_t len) {
+            // A control message may need a reply: it waits for progress(), in order.
+            deferred_ctl_.emplace_back(m, m + len);
+            return true;
+        });
 }
 
 void VerbsRecvPath::fence(RecvSink &sink)
@@ -91,6 +90,10 @@ void VerbsRecvPath::sabotage()
 
 void VerbsRecvPath::on_write(const ibv_wc &w, RecvSink &sink, PathStatus *st)
 {
+    if (w.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
+        eng_.fail(st, -EPROTO, "a receive consumed by a SEND: the sender speaks another protocol", true);
+        return;
+    }
     const uint32_t imm = ntohl(w.imm_data);
     if (ShortImm::is_short(imm))
         on_short(imm, w.byte_len, sink, st);
@@ -188,18 +191,16 @@ PathStatus VerbsRecvPath::progress(RecvSink &sink)
     }
     auto on = [&](const ibv_wc &w, int) {
         if (WrId::kind(w.wr_id) != WrId::kRecv) return true;
-        if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-            on_write(w, sink, &st);
-            return !eng_.failed();
-        }
-        const uint64_t v = WrId::value(w.wr_id);
-        on_control(eng_.qps().recv_slot(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff)),
-                   w.byte_len, sink, &st);
+        on_write(w, sink, &st);
         return !eng_.failed();
     };
-    if (!eng_.poll(&st, on)) return st;
+    auto on_ctl = [&](const uint8_t *m, size_t len) {
+        on_control(m, len, sink, &st);
+        return !eng_.failed();
+    };
+    if (!eng_.poll(&st, on, on_ctl)) return st;
     if (!eng_.flush_control(&st)) return st;
-    if (!eng_.poll(&st, on)) return st;
+    if (!eng_.poll(&st, on, on_ctl)) return st;
     if (goodbye_seen_) st.peer_closed = true;
     return st;
 }

@@ -19,12 +19,14 @@ constexpr uint64_t kMaxWriteBytes = uint64_t{1} << 30;
 static_assert(2 * kMaxInflight <= (1 << ShortImm::kSeqBits), "a short immediate's seq must unwrap unambiguously");
 static_assert(2 * kMaxInflight <= (1 << PieceImm::kSeqBits),
               "a piece immediate's seq must unwrap unambiguously");
+static_assert(kFlightRing >= kDataDepth && (kFlightRing & (kFlightRing - 1)) == 0,
+              "a flight per data work request at most, indexed by a wrapping 32-bit count");
 
 } // namespace
 
 VerbsSendPath::VerbsSendPath(std::unique_ptr<QpSet> qps, PathIdentity id)
     : eng_(std::move(qps), std::move(id)), qps_fd_(eng_.qps().fd()), nqps_(eng_.qps().nqps()),
-      flight_(static_cast<size_t>(nqps_) * kSendDepth)
+      flight_(static_cast<size_t>(nqps_) * kFlightRing)
 {
     eng_.qps().rearm(true);
 }
@@ -74,7 +76,7 @@ uint64_t VerbsSendPath::oldest_referenced() const
     for (int i = 0; i < nqps_; ++i) {
         const size_t q = static_cast<size_t>(i);
         if (fl_head_[q] != fl_tail_[q]) // the head is the ring's oldest (seqs increase along it)
-            oldest = std::min(oldest, flight_[q * kSendDepth + fl_head_[q] % kSendDepth].seq);
+            oldest = std::min(oldest, flight_[q * kFlightRing + fl_head_[q] % kFlightRing].seq);
     }
     return oldest;
 }
@@ -189,7 +191,7 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     const uint64_t chunks = brief || middle ? 0 : (m.length + kMaxWriteBytes - 1) / kMaxWriteBytes;
     const uint32_t wrs = static_cast<uint32_t>(chunks) + 1;
     const int qi = eng_.next_qp();
-    if (eng_.sq_used(qi) + wrs > kSendDepth) return false; // full: later
+    if (eng_.sq_used(qi) + wrs > kDataDepth) return false; // full: later
     const uint8_t *from = m.data + m.offset;
     const uint32_t rkey = m.dest.rkey[static_cast<size_t>(eng_.identity().slot)];
     const uint32_t lkey = mr != nullptr ? mr->lkey : 0;
@@ -216,7 +218,7 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
         const uint64_t ring_slot = q.remote().ring_addr + (m.seq % kMaxInflight) * kRecordBytes;
         c.completing(m.seq, reinterpret_cast<uintptr_t>(q.out_record(m.seq)), kRecordBytes,
                      q.lkey(), static_cast<uint32_t>(m.seq) & Record::kImmSeqMask, ring_slot,
-                     q.remote().ring_rkey);
+                     q.remote().rkey);
     }
     ibv_send_wr *bad = nullptr;
     if (int rc = q.qp(qi).post_send(c.head(), &bad); rc != 0) {
@@ -226,7 +228,7 @@ bool VerbsSendPath::transmit(const OutMessage &m, int *err, std::string *why)
     }
     eng_.sq_used(qi) += wrs;
     const size_t r = static_cast<size_t>(qi);
-    flight_[r * kSendDepth + fl_tail_[r]++ % kSendDepth] =
+    flight_[r * kFlightRing + fl_tail_[r]++ % kFlightRing] =
         Flight{m.seq, static_cast<uint32_t>(m.length), gen_, static_cast<uint8_t>(wrs), !whole};
     ++in_flight_n_;
     flight_bytes_ += m.length;
@@ -240,7 +242,7 @@ void VerbsSendPath::on_done(int qi, SendSink &sink)
     // The completing work request was the last of its message (piece) on its QP and the only
     // signaled one: its completion retires the unsignaled payload writes before it. A QP
     // completes its signaled work requests in order: it is the ring's head.
-    const Flight f = flight_[r * kSendDepth + fl_head_[r]++ % kSendDepth];
+    const Flight f = flight_[r * kFlightRing + fl_head_[r]++ % kFlightRing];
     --in_flight_n_;
     flight_bytes_ -= f.len;
     eng_.sq_used(qi) -= f.wrs;
@@ -309,24 +311,22 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
             on_done(qi, sink);
             return true;
         }
-        if (kind == WrId::kRecv) {
-            const uint64_t v = WrId::value(w.wr_id);
-            const uint8_t *m = eng_.qps().recv_slot(static_cast<int>(v >> 24), static_cast<uint32_t>(v & 0xffffff));
-            Ctl h;
-            if (w.opcode != IBV_WC_RECV) {
-                eng_.fail(&st, -EPROTO, "a write with immediate arrived at the sending side", true);
-                return false;
-            }
-            if (const char *bad = h.decode(m, w.byte_len)) {
-                eng_.fail(&st, -EPROTO, std::string("control message from the receiver: ") + bad, true);
-                return false;
-            }
-            on_control(h, m + Ctl::kSize, w.byte_len - Ctl::kSize, sink, &st);
-            return !eng_.failed();
+        if (kind == WrId::kRecv) { // the engine took control messages and credits
+            eng_.fail(&st, -EPROTO, "a message write arrived at the sending side", true);
+            return false;
         }
         return true;
     };
-    if (!eng_.poll(&st, on)) return st;
+    auto on_ctl = [&](const uint8_t *m, size_t len) {
+        Ctl h;
+        if (const char *bad = h.decode(m, len)) {
+            eng_.fail(&st, -EPROTO, std::string("control message from the receiver: ") + bad, true);
+            return false;
+        }
+        on_control(h, m + Ctl::kSize, len - Ctl::kSize, sink, &st);
+        return !eng_.failed();
+    };
+    if (!eng_.poll(&st, on, on_ctl)) return st;
     if (!awaiting_holding_) {
         while (!queue_.empty()) {
             int err = 0;
@@ -343,7 +343,7 @@ PathStatus VerbsSendPath::progress(SendSink &sink)
         }
     }
     if (!eng_.flush_control(&st)) return st;
-    if (!eng_.poll(&st, on)) return st;
+    if (!eng_.poll(&st, on, on_ctl)) return st;
     return st;
 }
 

@@ -9,7 +9,8 @@
 // one write with immediate (PieceImm) at its offset, the last is payload and record; the
 // receiver counts a message's bytes whichever path they came on. Control messages (CTS
 // groups, generation notices and the holding answer, probes, heartbeats, failover requests,
-// goodbyes) travel as SEND/RECV on the same QPs. After a generation notice the sender waits for
+// goodbyes) are writes with immediate into the peer's control ring on QP 0, with credits
+// back (PathEngine); no receive carries a buffer. After a generation notice the sender waits for
 // the receiver's holding answer and never writes a message the receiver already holds (an RDMA
 // write cannot be discarded once it lands, and the buffer may be NCCL's again).
 #pragma once
@@ -28,6 +29,10 @@
 #include "verbs_wire.h"
 
 namespace vigil::net::verbs_fabric {
+
+/// Slots of a QP's flight ring: at least the data work requests it may have outstanding
+/// (kDataDepth), a power of two so its 32-bit counts wrap onto the same slots.
+inline constexpr uint32_t kFlightRing = 512;
 
 /// Sending half of a verbs path. Stripes (SendPath::stripes): a piece of a message other
 /// than its last is one write with immediate (PieceImm), its last piece payload writes and a
@@ -95,8 +100,8 @@ private:
     uint32_t gen_ = 1;
     std::deque<OutMessage> queue_;            // posted, not yet on a QP
     uint64_t queued_bytes_ = 0;               // their payload bytes
-    // Per QP, a ring of kSendDepth flights in posting order (a QP completes its signaled
-    // work requests in order): QP i's are flight_[i * kSendDepth + (k % kSendDepth)] for k in
+    // Per QP, a ring of kFlightRing flights in posting order (a QP completes its signaled
+    // work requests in order): QP i's are flight_[i * kFlightRing + (k % kFlightRing)] for k in
     // [fl_head_[i], fl_tail_[i]). Within a generation seqs increase along each ring.
     std::vector<Flight> flight_;
     std::array<uint32_t, kMaxQps> fl_head_{}, fl_tail_{};

@@ -122,8 +122,7 @@ bool PathSetup::qp_work_done(int *rc, std::string *why)
 void PathSetup::send_hello(uint64_t now)
 {
     hello_.end = qps_->local_end();
-    hello_.end.ring_addr = 0; // the sender's ring is never written
-    hello_.end.ring_rkey = 0;
+    hello_.end.ring_addr = 0; // the sender's record ring is never written
     out_.assign(Hello::kSize, 0);
     hello_.encode(out_.data());
     out_off_ = 0;
@@ -228,7 +227,7 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
             if (a.status != 0)
                 return *why = std::string("the listener could not set up its end: ") + strerror(static_cast<int>(a.status)),
                        -static_cast<int>(a.status);
-            if (a.end.ring_addr == 0 || a.end.ring_rkey == 0) return *why = "answer without a record ring", -EPROTO;
+            if (a.end.ring_addr == 0) return *why = "answer without a record ring", -EPROTO;
             start_qp_work([end = a.end](QpWork &w) { return w.qps->connect(end, &w.why); }, State::kConnectQps);
             continue;
         }

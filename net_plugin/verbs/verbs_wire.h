@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The verbs fabric's wire formats:
 //   - connection set-up over a TCP socket per path: the connector's hello (its QPs, GID,
-//     nonce, connection and path ids), the listener's answer (its QPs and the address and key
-//     of its record ring), the connector's ready word once its QPs are ready to receive;
-//   - control messages (SEND/RECV on the path's QPs, both directions): CTS groups, generation
-//     notices (kGeneration) and the receiver's holding answer, probes, heartbeats, failover requests,
-//     goodbyes;
+//     nonce, connection and path ids, the address of its control ring), the listener's answer
+//     (its QPs and the addresses of its record and control rings), the connector's ready word
+//     once its QPs are ready to receive;
+//   - control messages (both directions): CTS groups, generation notices (kGeneration) and the
+//     receiver's holding answer, probes, heartbeats, failover requests, goodbyes. Each is one
+//     RDMA WRITE with immediate (CtlImm) into the next slot of the peer's control ring
+//     (kCtlSlots slots of kCtlBytes); the peer hands the slots back in credits (CreditImm, a
+//     write with immediate and no payload). No receive carries a buffer;
 //   - the message record the sender RDMA-writes (with immediate) into the receiver's record
 //     ring after a message's payload, and the immediates that stand in for a record: a short
 //     message's (ShortImm) and a striped message's pieces (PieceImm).
+// The top bits of an immediate say which: 1 short, 01 piece, 0010 control, 0011 credit,
+// 000 record.
 // Little-endian, fixed sizes, each with a magic; every field read is checked here or by the
 // caller before use.
 #pragma once
@@ -29,8 +34,16 @@ using vigil::net::put_le;
 inline constexpr uint32_t kMaxQps = 16;       ///< QPs per path (VIGIL_IB_QPS_PER_CONN)
 inline constexpr uint32_t kRecordBytes = 40;  ///< one message record
 inline constexpr uint32_t kCtlBytes = 256;    ///< one control message, at most
+/// Slots of a control ring: the control messages one end may have written that the other has
+/// not handed back (a power of two). The receiving end hands them back in credits, one for
+/// every kCtlSlots / 2 it consumed, so a sender never waits for more than one credit.
+inline constexpr uint32_t kCtlSlots = 32;
+static_assert((kCtlSlots & (kCtlSlots - 1)) == 0, "the ring index is the count modulo kCtlSlots");
 
-/// One end of a path as the other needs it to drive its QPs to RTR and write its records.
+/// One end of a path as the other needs it to drive its QPs to RTR and write into its rings.
+/// Layout, 112 bytes:
+///   [0] nqps  [1] mtu  [2,4) lid  [4,8) psn  [8,24) gid  [24,88) qpn[16]  [88,96) ring_addr
+///   [96,104) ctl_addr  [104,108) rkey  [108,112) zero
 struct PathEnd {
     uint8_t nqps = 0;
     uint8_t mtu = 0;     ///< enum ibv_mtu of the port
@@ -38,10 +51,11 @@ struct PathEnd {
     uint32_t psn = 0;    ///< 24 bits: the first PSN this end sends
     std::array<uint8_t, 16> gid{};
     std::array<uint32_t, kMaxQps> qpn{}; ///< 24 bits each
-    uint64_t ring_addr = 0;              ///< its record ring (receiver), 0 on the sender
-    uint32_t ring_rkey = 0;
+    uint64_t ring_addr = 0;              ///< its record ring (kMaxInflight records), 0 on the sender
+    uint64_t ctl_addr = 0;               ///< its control ring (kCtlSlots slots of kCtlBytes)
+    uint32_t rkey = 0;                   ///< the remote key of both rings
 
-    static constexpr size_t kSize = 1 + 1 + 2 + 4 + 16 + 4 * kMaxQps + 8 + 4 + 4; // 104
+    static constexpr size_t kSize = 1 + 1 + 2 + 4 + 16 + 4 * kMaxQps + 8 + 8 + 4 + 4; // 112
     void encode(uint8_t *p) const
     {
         p[0] = nqps;
@@ -51,8 +65,9 @@ struct PathEnd {
         std::memcpy(p + 8, gid.data(), 16);
         for (uint32_t i = 0; i < kMaxQps; ++i) put_le(p + 24 + 4 * i, qpn[i], 4);
         put_le(p + 88, ring_addr, 8);
-        put_le(p + 96, ring_rkey, 4);
-        put_le(p + 100, 0, 4);
+        put_le(p + 96, ctl_addr, 8);
+        put_le(p + 104, rkey, 4);
+        put_le(p + 108, 0, 4);
     }
     const char *decode(const uint8_t *p)
     {
@@ -63,7 +78,8 @@ struct PathEnd {
         std::memcpy(gid.data(), p + 8, 16);
         for (uint32_t i = 0; i < kMaxQps; ++i) qpn[i] = static_cast<uint32_t>(get_le(p + 24 + 4 * i, 4));
         ring_addr = get_le(p + 88, 8);
-        ring_rkey = static_cast<uint32_t>(get_le(p + 96, 4));
+        ctl_addr = get_le(p + 96, 8);
+        rkey = static_cast<uint32_t>(get_le(p + 104, 4));
         if (nqps < 1 || nqps > kMaxQps) return "QP count out of range";
         if (mtu < 1 || mtu > 5) return "bad MTU";
         if (psn > 0xffffff) return "PSN beyond 24 bits";
@@ -71,7 +87,8 @@ struct PathEnd {
             if (i < nqps && (qpn[i] == 0 || qpn[i] > 0xffffff)) return "bad QP number";
             if (i >= nqps && qpn[i] != 0) return "QP number past the QP count";
         }
-        if (get_le(p + 100, 4) != 0) return "non-zero reserved field";
+        if (ctl_addr == 0 || rkey == 0) return "no control ring";
+        if (get_le(p + 108, 4) != 0) return "non-zero reserved field";
         return nullptr;
     }
 };
@@ -81,7 +98,9 @@ struct PathEnd {
 /// it is for and the connector's end of the path.
 struct Hello : HelloHead {
     static constexpr uint32_t kMagic = 0x48564c56; // "VLVH"
-    static constexpr uint8_t kVersion = 3; ///< 2: short messages (ShortImm); 3: pieces (PieceImm)
+    /// 2: short messages (ShortImm); 3: pieces (PieceImm); 4: control messages written into a
+    /// control ring (CtlImm, CreditImm), PathEnd::ctl_addr.
+    static constexpr uint8_t kVersion = 4;
     static constexpr size_t kSize = HelloHead::kSize + 8 + PathEnd::kSize;
     uint8_t slot = 0;    ///< path slot: 0 primary, 1 backup
     uint8_t npaths = 1;  ///< paths the connection opens at connect (1 or 2)
@@ -144,7 +163,8 @@ struct Answer {
 /// Connector -> listener once its QPs are ready to receive: the path may carry traffic.
 inline constexpr uint32_t kReadyMagic = 0x52564c56; // "VLVR"
 
-/// A control message's header (SEND on one of the path's QPs). Layout, 24 bytes:
+/// A control message's header: the first bytes of its control ring slot (CtlImm). Layout,
+/// 24 bytes:
 ///   [0] kind  [1] count  [2,4) zero  [4,8) generation  [8,16) a  [16,24) b
 /// kCts: a = group index, b = first seq, count = entries; then per entry 24 bytes:
 ///       [0,8) address  [8,12) capacity  [12,16) tag  [16,20) rkey slot 0  [20,24) rkey slot 1
@@ -269,8 +289,8 @@ inline Holding decode_holding(const Ctl &h, const uint8_t *p)
 }
 
 /// The record of one message, written into slot seq % ring of the receiver's record ring
-/// with RDMA WRITE with immediate (immediate = the low 30 bits of seq, top two bits clear:
-/// see ShortImm and PieceImm) after the payload on the same QP, so its completion proves the
+/// with RDMA WRITE with immediate (immediate = the low 29 bits of seq, top three bits clear:
+/// see ShortImm, PieceImm and CtlImm) after the payload on the same QP, so its completion proves the
 /// payload is in place. Messages of ShortImm::kMaxSize bytes or less need no record. A
 /// message striped over the paths (multipath) has a record only after its last piece, which
 /// says the piece's offset; its other pieces are one write each (PieceImm). Each message has
@@ -290,9 +310,10 @@ struct Record {
     int32_t tag = 0;
     uint8_t entry = 0;
     uint32_t offset = 0;
-    /// The immediate of a record's write: the low 30 bits of seq.
-    static constexpr uint32_t kImmSeqMask = 0x3fffffffu;
-    static bool is_record(uint32_t imm) { return (imm >> 30) == 0; }
+    /// The immediate of a record's write: the low 29 bits of seq (the slot is seq modulo
+    /// kMaxInflight, the record itself says the rest).
+    static constexpr uint32_t kImmSeqMask = 0x1fffffffu;
+    static bool is_record(uint32_t imm) { return (imm >> 29) == 0; }
     uint64_t check() const
     {
         return seq ^ size ^ (static_cast<uint64_t>(gen) << 32) ^
@@ -402,5 +423,31 @@ struct ShortImm {
         return s;
     }
 };
+
+/// The immediate of a control message's write into the peer's control ring: the message is
+/// the write's bytes (the receive completion's byte_len, Ctl::kSize..kCtlBytes) at slot
+/// n % kCtlSlots, n the writer's count of control messages on this path, of which the
+/// immediate carries n mod 2^kCountBits (QP 0 carries every control message, in order, so the
+/// reader checks it against its own count). Layout (host order):  [31:28] 0010  [27:0] n
+///
+/// A credit (CreditImm) is a write with immediate and no payload that hands slots back: the
+/// immediate carries the count of the peer's control messages this end has consumed, mod
+/// 2^kCountBits: [31:28] 0011  [27:0] consumed. The writer of control messages may have at
+/// most kCtlSlots written that no credit has handed back.
+struct CtlImm {
+    static constexpr int kCountBits = 28;
+    static constexpr uint32_t kMask = (1u << kCountBits) - 1;
+    static bool is_control(uint32_t imm) { return (imm >> kCountBits) == 2; }
+    static bool is_credit(uint32_t imm) { return (imm >> kCountBits) == 3; }
+    static uint32_t control(uint64_t n) { return 2u << kCountBits | static_cast<uint32_t>(n & kMask); }
+    static uint32_t credit(uint64_t consumed) { return 3u << kCountBits | static_cast<uint32_t>(consumed & kMask); }
+    static uint32_t count(uint32_t imm) { return imm & kMask; }
+    /// The full count whose residue is `low` at or below `latest` and within 2^kCountBits of it.
+    static uint64_t unwrap(uint32_t low, uint64_t latest)
+    {
+        return latest - ((static_cast<uint32_t>(latest) - low) & kMask);
+    }
+};
+static_assert(kCtlSlots < (1u << CtlImm::kCountBits));
 
 } // namespace vigil::net::verbs_fabric

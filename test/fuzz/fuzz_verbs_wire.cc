@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the verbs fabric's wire formats (net_plugin/verbs/verbs_wire.h): the set-up
 // Hello and Answer with their PathEnd, the control message header Ctl, the message Record
-// written into the receiver's record ring, and the immediates of a short message (ShortImm)
-// and of a striped message's piece (PieceImm). The
+// written into the receiver's record ring, and the immediates of a short message (ShortImm),
+// of a striped message's piece (PieceImm) and of a control message or credit (CtlImm). The
 // header makes no libibverbs calls, so this target builds with or without rdma-core.
 //
-// Input: up to kCtlBytes (256) bytes. Its first Hello::kSize (152) bytes, zero-padded, are
+// Input: up to kCtlBytes (256) bytes. Its first Hello::kSize (160) bytes, zero-padded, are
 // decoded as a Hello, an Answer, a PathEnd and a Record (bytes [40,44) give the immediate,
-// which is also decoded as a short message's or a piece's when its top bits say so); the
-// whole input as a
-// Ctl of the input's own length, as a RECV slot receives it.
+// which is also decoded as a short message's, a piece's, a control message's or a credit's
+// when its top bits say so); the whole input as a Ctl of the input's own length, as a control
+// ring slot holds it.
 // Properties: what decodes re-encodes to the same bytes (Answer: its status, and its end when
 // the status is 0; Ctl: its 24-byte header, and a CTS group's entries or a holding answer's
 // bitmap, with the header fields they use, through decode_cts/decode_holding and back), and what the verbs path then trusts is bounded
@@ -17,7 +17,8 @@
 // 1..8 entries of exactly the bytes received, an entry index < 8, a record's size within
 // the limit, its last piece's offset inside it and its sequence number matching the
 // immediate; a short or piece immediate's fields in range and re-encoding to the same 32
-// bits, a piece's generation unwrapped at or below the path's).
+// bits, a piece's generation unwrapped at or below the path's; exactly one kind per
+// immediate; a credit's count unwrapped at or below what was written and within 2^28 of it).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -39,6 +40,7 @@ void check_end(const vw::PathEnd &e)
     FUZZ_CHECK(e.psn <= 0xffffff);
     for (uint32_t i = 0; i < vw::kMaxQps; ++i)
         FUZZ_CHECK(i < e.nqps ? e.qpn[i] != 0 && e.qpn[i] <= 0xffffff : e.qpn[i] == 0);
+    FUZZ_CHECK(e.ctl_addr != 0 && e.rkey != 0);
 }
 
 // Decodes `p` as T (a fixed-size format with decode(p)/encode(p)) and checks the round trip
@@ -148,6 +150,21 @@ void piece_imm(uint32_t imm, uint32_t latest)
     FUZZ_CHECK(g == 0 || latest - g < (1u << vw::PieceImm::kGenBits));
 }
 
+// Every immediate is exactly one of: short, piece, control, credit, record.
+void imm_kind(uint32_t imm, uint64_t written)
+{
+    const int kinds = int{vw::ShortImm::is_short(imm)} + int{vw::PieceImm::is_piece(imm)} +
+                      int{vw::CtlImm::is_control(imm)} + int{vw::CtlImm::is_credit(imm)} +
+                      int{vw::Record::is_record(imm)};
+    FUZZ_CHECK(kinds == 1);
+    if (!vw::CtlImm::is_control(imm) && !vw::CtlImm::is_credit(imm)) return;
+    const uint32_t low = vw::CtlImm::count(imm);
+    FUZZ_CHECK((vw::CtlImm::is_control(imm) ? vw::CtlImm::control(low) : vw::CtlImm::credit(low)) == imm);
+    const uint64_t n = vw::CtlImm::unwrap(low, written);
+    FUZZ_CHECK((n & vw::CtlImm::kMask) == low);
+    FUZZ_CHECK(written - n <= vw::CtlImm::kMask); // within 2^28 at or below what was written
+}
+
 // An exact-size heap copy of the first `n` bytes: ASan sees any read past them.
 struct Copy {
     uint8_t *p;
@@ -178,13 +195,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     hello(Copy(buf, vw::Hello::kSize).p);
     answer(Copy(buf, vw::Answer::kSize).p);
     path_end(Copy(buf, vw::PathEnd::kSize).p);
-    static_assert(vw::kRecordBytes + 8 <= kIn);
+    static_assert(vw::kRecordBytes + 16 <= kIn);
     const auto imm = static_cast<uint32_t>(vw::get_le(buf + vw::kRecordBytes, 4));
     record(Copy(buf, vw::kRecordBytes).p, imm);
     short_imm(imm);
     piece_imm(imm, static_cast<uint32_t>(vw::get_le(buf + vw::kRecordBytes + 4, 4)));
-    // A RECV slot holds kCtlBytes; the message is its first `len` bytes, and a read past
-    // them would take stale bytes of an earlier message: the copy ends there.
+    imm_kind(imm, vw::get_le(buf + vw::kRecordBytes + 8, 8));
+    // A control ring slot holds kCtlBytes; the message is its first `len` bytes, and a read
+    // past them would take stale bytes of an earlier message: the copy ends there.
     const size_t len = std::min(size, static_cast<size_t>(vw::kCtlBytes));
     ctl(Copy(data, len).p, len);
     return 0;

@@ -250,7 +250,8 @@ vw::PathEnd path_end(uint8_t nqps)
     for (uint8_t i = 0; i < 16; ++i) e.gid[i] = static_cast<uint8_t>(0xfe - i);
     for (uint8_t i = 0; i < nqps; ++i) e.qpn[i] = 0x11 + i;
     e.ring_addr = 0x7f0000001000;
-    e.ring_rkey = 0x1234;
+    e.ctl_addr = 0x7f0000002000;
+    e.rkey = 0x1234;
     return e;
 }
 

@@ -131,17 +131,31 @@ TEST_CASE("verbs wire: a striped message's last piece names its offset in its re
     }
 }
 
-TEST_CASE("verbs wire: the three immediates are told apart, and a piece's fields survive", "[wire]")
+namespace {
+// Which of the five kinds an immediate is, by the receiver's tests: 's'hort, 'p'iece,
+// 'c'ontrol, credi't', 'r'ecord; '?' unless exactly one says yes.
+char kind_of(uint32_t imm)
+{
+    const bool is[] = {vw::ShortImm::is_short(imm), vw::PieceImm::is_piece(imm), vw::CtlImm::is_control(imm),
+                       vw::CtlImm::is_credit(imm), vw::Record::is_record(imm)};
+    char k = '?';
+    int n = 0;
+    for (int i = 0; i < 5; ++i)
+        if (is[i]) k = "spctr"[i], ++n;
+    return n == 1 ? k : '?';
+}
+} // namespace
+
+TEST_CASE("verbs wire: the five immediates are told apart, and a piece's fields survive", "[wire]")
 {
     const uint32_t piece = vw::PieceImm::encode(0x12345, 8195, 6);
-    const uint32_t brief = vw::ShortImm::encode(0x12345, 6);
-    const uint32_t record = 0x12345u & vw::Record::kImmSeqMask;
-    CHECK((vw::PieceImm::is_piece(piece) && !vw::ShortImm::is_short(piece) &&
-           !vw::Record::is_record(piece)));
-    CHECK((vw::ShortImm::is_short(brief) && !vw::PieceImm::is_piece(brief) &&
-           !vw::Record::is_record(brief)));
-    CHECK((vw::Record::is_record(record) && !vw::PieceImm::is_piece(record) &&
-           !vw::ShortImm::is_short(record)));
+    for (const uint64_t n : {uint64_t{0}, uint64_t{0x12345}, ~uint64_t{0}}) {
+        CHECK(kind_of(vw::PieceImm::encode(n, static_cast<uint32_t>(n), 7)) == 'p');
+        CHECK(kind_of(vw::ShortImm::encode(n, 7)) == 's');
+        CHECK(kind_of(vw::CtlImm::control(n)) == 'c');
+        CHECK(kind_of(vw::CtlImm::credit(n)) == 't');
+        CHECK(kind_of(static_cast<uint32_t>(n) & vw::Record::kImmSeqMask) == 'r');
+    }
     const vw::PieceImm p = vw::PieceImm::decode(piece);
     CHECK(p.entry == 6);
     CHECK(p.seq_low == (0x12345u & ((1u << vw::PieceImm::kSeqBits) - 1)));
@@ -154,4 +168,50 @@ TEST_CASE("verbs wire: the three immediates are told apart, and a piece's fields
     // Below every generation there is: 0, which no receiver counts.
     CHECK(vw::PieceImm::decode(vw::PieceImm::encode(1, 9, 0)).generation(1) == 0);
     CHECK(vw::PieceImm::decode(vw::PieceImm::encode(1, 1, 0)).generation(1) == 1);
+}
+
+TEST_CASE("verbs wire: control counts unwrap at or below what was written", "[wire]")
+{
+    constexpr uint64_t kWrap = uint64_t{1} << vw::CtlImm::kCountBits;
+    CHECK(vw::CtlImm::count(vw::CtlImm::control(kWrap + 5)) == 5);
+    CHECK(vw::CtlImm::count(vw::CtlImm::credit(3 * kWrap - 1)) == kWrap - 1);
+    // A credit is at most what was written, and across the 28-bit wrap too.
+    CHECK(vw::CtlImm::unwrap(10, 10) == 10);
+    CHECK(vw::CtlImm::unwrap(100 - vw::kCtlSlots, 100) == 100 - vw::kCtlSlots);
+    CHECK(vw::CtlImm::unwrap(vw::CtlImm::count(vw::CtlImm::credit(kWrap - 3)), kWrap + 4) == kWrap - 3);
+    CHECK(vw::CtlImm::unwrap(1, 5 * kWrap + 20) == 5 * kWrap + 1);
+    // One past what was written reads as 2^28 - 1 behind it: the path refuses such a credit.
+    CHECK(10 - vw::CtlImm::unwrap(11, 10) == kWrap - 1);
+}
+
+TEST_CASE("verbs wire: a path end carries its control ring, and one without is refused", "[wire]")
+{
+    vw::PathEnd e;
+    e.nqps = 2;
+    e.mtu = 3;
+    e.psn = 0xabcdef;
+    e.qpn[0] = 0x11;
+    e.qpn[1] = 0x12;
+    e.ring_addr = 0x7f0000001000;
+    e.ctl_addr = 0x7f0000002000;
+    e.rkey = 0x1234;
+    std::array<uint8_t, vw::PathEnd::kSize> b{};
+    e.encode(b.data());
+    vw::PathEnd in;
+    REQUIRE(in.decode(b.data()) == nullptr);
+    CHECK(in.ring_addr == e.ring_addr);
+    CHECK(in.ctl_addr == e.ctl_addr);
+    CHECK(in.rkey == e.rkey);
+    CHECK(in.qpn == e.qpn);
+    e.ctl_addr = 0;
+    e.encode(b.data());
+    CHECK_THAT(std::string(in.decode(b.data())), Catch::Contains("control ring"));
+    e.ctl_addr = 0x7f0000002000;
+    e.rkey = 0;
+    e.encode(b.data());
+    CHECK_THAT(std::string(in.decode(b.data())), Catch::Contains("control ring"));
+    e.rkey = 0x1234;
+    e.encode(b.data());
+    b[108] = 1;
+    CHECK_THAT(std::string(in.decode(b.data())), Catch::Contains("reserved"));
 }
