@@ -173,9 +173,7 @@ void Comm::on_tick() noexcept
     // it), so its tick is only its timers: no I/O pass over its paths.
     probed_ = false;
     // A port event noted for it (note_port_down) takes the full pass, which acts on it first.
-    if (wake_ && quiet_locked() && ports_down_.load(std::memory_order_relaxed) == 0 &&
-        ports_up_.load(std::memory_order_relaxed) == 0)
-        quiet_tick_locked(now);
+    if (wake_ && quiet_locked() && !port_events_noted()) quiet_tick_locked(now);
     else engine_progress_locked();
     // A quiet comm's next timer work is a probe interval away if it probes a port pair; else
     // it parks, and the sweep wakes it for its pairs' probes and silence (port_pairs.h). A
@@ -263,8 +261,7 @@ void Comm::note_port_up(int dev) noexcept
 
 void Comm::take_port_events_locked() noexcept
 {
-    if (ports_down_.load(std::memory_order_relaxed) == 0 && ports_up_.load(std::memory_order_relaxed) == 0)
-        return;
+    if (!port_events_noted()) return;
     uint64_t m = ports_down_.exchange(0, std::memory_order_acquire);
     while (m != 0) {
         const int dev = __builtin_ctzll(m);

@@ -312,6 +312,11 @@ protected:
     std::atomic<uint64_t> ports_down_{0};
     /// Devices noted up (note_port_up), likewise.
     std::atomic<uint64_t> ports_up_{0};
+    /// A port-down or port-up was noted and not yet acted on (a hint: relaxed loads).
+    bool port_events_noted() const noexcept
+    {
+        return (ports_down_.load(std::memory_order_relaxed) | ports_up_.load(std::memory_order_relaxed)) != 0;
+    }
     /// Whether the engine wants to be woken by this comm's fds (their epoll interest, and
     /// rearm's `arm`); decided at each timer tick from polled_. Under mu_.
     bool wake_ = true;

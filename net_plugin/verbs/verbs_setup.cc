@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <sys/socket.h>
 
 #include "clock.h"
@@ -99,19 +100,33 @@ int PathSetup::connect_step(uint64_t now, std::string *why)
     return 0;
 }
 
+void PathSetup::QpWork::run() noexcept
+{
+    try {
+        rc = fn(*this);
+    } catch (const std::exception &e) {
+        rc = -ENOMEM;
+        why = std::string("QP set-up failed: ") + e.what();
+    } catch (...) {
+        rc = -ENOMEM;
+        why = "QP set-up failed: an unknown exception";
+    }
+}
+
 void PathSetup::start_qp_work(std::function<int(QpWork &)> work, State next_state)
 {
     work_ = std::make_shared<QpWork>();
     work_->qps = std::move(qps_);
+    work_->fn = std::move(work);
     state_ = next_state;
-    job_ = SetupJobs::process().run([w = work_, work = std::move(work)] { return work(*w); }, wake_);
-    if (!job_) work_rc_ = work(*work_); // no set-up thread: here, as before it existed
+    job_ = SetupJobs::process().run([w = work_] { w->run(); return 0; }, wake_);
+    if (!job_) work_->run(); // no set-up thread: here, as before it existed
 }
 
 bool PathSetup::qp_work_done(int *rc, std::string *why)
 {
     if (job_ && !job_->done()) return false;
-    *rc = job_ ? job_->rc() : work_rc_;
+    *rc = work_->rc; // written before the job's done() (release) turned true
     job_.reset();
     qps_ = std::move(work_->qps);
     if (*rc != 0) *why = work_->why;

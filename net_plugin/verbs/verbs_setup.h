@@ -76,6 +76,10 @@ private:
     struct QpWork {
         std::unique_ptr<QpSet> qps;
         std::string why;
+        std::function<int(QpWork &)> fn;
+        int rc = 0; ///< fn's result once it ran: 0 or -errno, with why
+        /// Runs fn once, on whichever thread; an exception is -ENOMEM with why.
+        void run() noexcept;
     };
     /// kConnect: the socket connects (rendezvous::Connect), then the QPs are asked for.
     int connect_step(uint64_t now, std::string *why);
@@ -106,7 +110,6 @@ private:
     std::unique_ptr<QpSet> qps_;
     std::shared_ptr<QpWork> work_;
     std::shared_ptr<SetupJobs::Job> job_;
-    int work_rc_ = 0; // the QP work's result when it ran here (no job)
     std::function<void()> wake_;
     std::vector<uint8_t> out_;
     size_t out_off_ = 0;
