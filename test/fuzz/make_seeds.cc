@@ -303,7 +303,7 @@ void verbs_wire()
     r.entry = 7;
     b = encoded(r, vw::kRecordBytes + 8);
     const size_t at = vw::kRecordBytes; // the immediate follows the record
-    vw::put_le(b.data() + at, 7, 4);    // the immediate: low 30 bits of seq
+    vw::put_le(b.data() + at, 7, 4);    // the immediate: low 29 bits of seq
     put("verbs-wire", "record", b);
     vw::put_le(b.data() + at, 8, 4);
     put("verbs-wire", "near-record-imm", b);
@@ -316,6 +316,12 @@ void verbs_wire()
     put("verbs-wire", "piece-imm", b);
     vw::put_le(b.data() + at, vw::ShortImm::encode(0x1234567, 3), 4);
     put("verbs-wire", "short-imm", b);
+    b = encoded(r, vw::kRecordBytes + 16);
+    vw::put_le(b.data() + at, vw::CtlImm::control(0x10000005), 4);
+    put("verbs-wire", "ctl-imm", b);
+    vw::put_le(b.data() + at, vw::CtlImm::credit(0x0fffffff), 4); // across the 28-bit wrap
+    vw::put_le(b.data() + at + 8, 0x10000010, 8);                 // control messages written
+    put("verbs-wire", "credit-imm", b);
 }
 
 // ---- VIGIL_* environments -------------------------------------------------------------------
