@@ -302,8 +302,8 @@ protected:
     std::array<std::shared_ptr<PortPairs::Pair>, kMaxPaths> parked_on_{};
     /// This tick sent a port pair's probe or heartbeat (quiet_period()). Under mu_.
     bool probed_ = false;
-    /// test() progressed the comm itself since the engine's last timer tick: the application
-    /// polls, so completions need not wake the engine thread.
+    /// test() was called since the engine's last timer tick: the application polls, so
+    /// completions need not wake the engine thread.
     std::atomic<bool> polled_{false};
     /// An engine thread saw this comm's fds ready but found mu_ taken (several engine threads
     /// only): the next holder progresses once more after letting go.
