@@ -41,8 +41,8 @@ int Comm::test(Request *r, int *done, int *sizes) noexcept
     // The application polls: at the next timer tick the engine stops waking for this comm's
     // fds (on_tick). Every call counts, whether or not it progressed the comm: counting only
     // the calls that did left the engine taking every completion of a verbs ping-pong (the
-    // caller's test() calls met requests the engine had finished), and the 8-byte half round
-    // trip on rxe went from 40 to 120-280 us; with this, 56-67 us.
+    // caller's test() calls met requests the engine had finished), a thread hand-off per
+    // message (docs/benchmarks.md, the verbs latency regression of 11-25).
     if (!polled_.load(std::memory_order_relaxed)) polled_.store(true, std::memory_order_relaxed);
     if (r->state.load(std::memory_order_acquire) != Request::kDone) {
         // Progress inline when nobody else is (cuts a thread hand-off from latency); the
