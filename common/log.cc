@@ -141,4 +141,52 @@ void write(ncclDebugLogLevel level, unsigned long flags, const char *func, int l
     emit(level, flags, func, line, buf);
 }
 
+namespace {
+std::atomic<uint64_t> g_burst_epoch{0};
+} // namespace
+
+void Burst::restart_all() noexcept
+{
+    g_burst_epoch.fetch_add(1, std::memory_order_relaxed);
+}
+
+ncclDebugLogLevel Burst::level(uint64_t now) noexcept
+{
+    const uint64_t epoch = g_burst_epoch.load(std::memory_order_relaxed);
+    uint64_t held = 0, held_span_ms = 0, held_age_s = 0;
+    bool first_held = false;
+    ncclDebugLogLevel lv = NCCL_LOG_WARN;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!open_ || epoch != epoch_ || now - start_ns_ >= kWindowNs) {
+            if (open_ && epoch == epoch_ && events_ > static_cast<uint64_t>(kWarns)) {
+                held = events_ - static_cast<uint64_t>(kWarns);
+                held_span_ms = (last_ns_ - start_ns_) / 1'000'000;
+                held_age_s = (now - last_ns_) / 1'000'000'000;
+            }
+            open_ = true;
+            epoch_ = epoch;
+            start_ns_ = now;
+            events_ = 0;
+        }
+        ++events_;
+        last_ns_ = now;
+        if (events_ > static_cast<uint64_t>(kWarns)) {
+            lv = NCCL_LOG_INFO;
+            first_held = events_ == static_cast<uint64_t>(kWarns) + 1;
+        }
+    }
+    if (held > 0)
+        write(NCCL_LOG_WARN, NCCL_ALL, __func__, __LINE__,
+              "%s %llu more %s were logged at INFO only, over %llu ms up to %llu s ago", prefix_,
+              static_cast<unsigned long long>(held), what_, static_cast<unsigned long long>(held_span_ms),
+              static_cast<unsigned long long>(held_age_s));
+    if (first_held)
+        write(NCCL_LOG_WARN, NCCL_ALL, __func__, __LINE__,
+              "%s %d %s within %llu s (a port event reaches every connection on it): more in that "
+              "time are logged at INFO only (NCCL_DEBUG=INFO), and counted at the next one after",
+              prefix_, kWarns, what_, static_cast<unsigned long long>(kWindowNs / 1'000'000'000));
+    return lv;
+}
+
 } // namespace vigil::log

@@ -3,7 +3,15 @@
 // has handed it over; before that (and in tests) through a stderr stub honouring NCCL_DEBUG.
 #pragma once
 
+#include <cstdint>
+#include <mutex>
+
+#include "clock.h"
 #include "nccl_abi/nccl_common.h"
+
+#ifndef VIGIL_LOG_PREFIX
+#define VIGIL_LOG_PREFIX "Vigil"
+#endif
 
 namespace vigil::log {
 
@@ -39,16 +47,63 @@ public:
     Deferral &operator=(const Deferral &) = delete;
 };
 
+/// A bound on the WARN lines of one kind of per-connection event. A port that fails takes
+/// every connection on it along, thousands of them at scale, each with its own failover line
+/// on both ends: a WARN per connection would be thousands of lines per process for one fault.
+/// Events of a kind are counted in windows of kWindowNs from the first event of a window: the
+/// first kWarns of a window log at WARN, the rest at INFO (NCCL_DEBUG=INFO still shows every
+/// one); the first held back adds a WARN that says so, and the next event after the window
+/// adds one with how many were held back in it. One static instance per kind of event.
+/// Thread-safe (a mutex, taken once per event); no allocation.
+class Burst
+{
+public:
+    static constexpr int kWarns = 8;
+    static constexpr uint64_t kWindowNs = 10'000'000'000;
+
+    /// `what`: the events, plural, for the notes ("failovers"); `prefix`: the notes' prefix,
+    /// the including library's. Both static storage.
+    explicit Burst(const char *what, const char *prefix = VIGIL_LOG_PREFIX) noexcept
+        : what_(what), prefix_(prefix)
+    {
+    }
+    Burst(const Burst &) = delete;
+    Burst &operator=(const Burst &) = delete;
+
+    /// The level of the next event's line, at `now` (ns, CLOCK_MONOTONIC): NCCL_LOG_WARN or
+    /// NCCL_LOG_INFO. Writes the notes above itself, before the caller writes the line.
+    ncclDebugLogLevel level(uint64_t now) noexcept;
+
+    /// Every Burst of the process starts a new window at its next event (tests that read
+    /// WARN lines call this first).
+    static void restart_all() noexcept;
+
+private:
+    const char *what_;
+    const char *prefix_;
+    std::mutex mu_;
+    uint64_t start_ns_ = 0;  // the window's first event
+    uint64_t last_ns_ = 0;   // ... and its latest
+    uint64_t epoch_ = 0;     // restart_all()'s count when the window began
+    uint64_t events_ = 0;    // in the window
+    bool open_ = false;      // a window has begun
+};
+
 } // namespace vigil::log
 
-#ifndef VIGIL_LOG_PREFIX
-#define VIGIL_LOG_PREFIX "Vigil"
-#endif
 
 /// One WARN per event, where the error is first classified.
 #define VLOG_WARN(fmt, ...)                                                                    \
     ::vigil::log::write(NCCL_LOG_WARN, NCCL_ALL, __func__, __LINE__, VIGIL_LOG_PREFIX " " fmt, \
                         ##__VA_ARGS__)
+/// A per-connection event's line at the level `burst` (a vigil::log::Burst) gives it now:
+/// WARN for the first of a window, INFO under NCCL_NET after.
+#define VLOG_BURST(burst, fmt, ...)                                                            \
+    do {                                                                                       \
+        const ncclDebugLogLevel vlog_level_ = (burst).level(::vigil::now_ns());                \
+        ::vigil::log::write(vlog_level_, vlog_level_ == NCCL_LOG_WARN ? NCCL_ALL : NCCL_NET,   \
+                            __func__, __LINE__, VIGIL_LOG_PREFIX " " fmt, ##__VA_ARGS__);      \
+    } while (0)
 /// INFO under a subsystem flag (NCCL_INIT, NCCL_NET, NCCL_ENV, ...).
 #define VLOG_INFO(flags, fmt, ...)                                                             \
     ::vigil::log::write(NCCL_LOG_INFO, (flags), __func__, __LINE__, VIGIL_LOG_PREFIX " " fmt,  \

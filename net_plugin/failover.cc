@@ -10,6 +10,16 @@
 #include "telemetry/writer.h"
 
 namespace vigil::net {
+namespace {
+
+// A port event fails over every connection on the port at once: the first lines of each kind
+// in a window are WARNs, the rest INFO (log::Burst).
+log::Burst g_failovers("failovers");
+log::Burst g_standbys_lost("standby paths lost");
+log::Burst g_no_path("connections left without a path");
+log::Burst g_resumed("connections resumed");
+
+} // namespace
 
 void SendComm::fail_path(int slot, const std::string &cause, bool sabotage) noexcept
 {
@@ -86,7 +96,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
         next = active_;
     } else if (!was_active) {
         cancel_drain_locked();
-        VLOG_WARN("host %s: standby path lost: %s: %s; the connection has no standby now",
+        VLOG_BURST(g_standbys_lost, "host %s: standby path lost: %s: %s; the connection has no standby now",
                   host_name(), d.desc.c_str(), cause.c_str());
         return;
     } else {
@@ -98,7 +108,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
             // The path a rebuilt one takes over from: the receiver must fence it, if it has not.
             orphan_slot_ = dead;
             orphan_id_ = d.path->identity().id;
-            VLOG_WARN("host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
+            VLOG_BURST(g_no_path, "host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
                       host_name(), d.desc.c_str(), cause.c_str(),
                       static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
             return;
@@ -116,7 +126,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
                                 std::to_string(replay.msgs) + " messages");
     failover_probe_seq_ = acked_ + 1;
     failover_timing_ = replay.msgs > 0;
-    VLOG_WARN("host %s: failover: %s%s: %s; %s %s, generation %u, replaying %llu messages "
+    VLOG_BURST(g_failovers, "host %s: failover: %s%s: %s; %s %s, generation %u, replaying %llu messages "
               "(of seq %llu..%llu, %llu bytes), switch took %.1f us",
               host_name(), was_shared ? "shared path lost: " : "", d.desc.c_str(), cause.c_str(),
               was_shared ? "all traffic on" : "now on", a.desc.c_str(), gen_,
@@ -249,7 +259,7 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
         if (!other) {
             const Outstanding replay = switch_to_locked(i, orphan_slot_, orphan_id_);
             orphan_slot_ = -1;
-            VLOG_WARN("host %s: connection resumed on %s, generation %u, replaying %llu bytes",
+            VLOG_BURST(g_resumed, "host %s: connection resumed on %s, generation %u, replaying %llu bytes",
                       host_name(), sl.desc.c_str(), gen_, static_cast<unsigned long long>(replay.bytes));
         }
     }

@@ -59,8 +59,15 @@ public:
             for (SendComm *c : send_) c->note_port_down(dev);
             for (RecvComm *c : recv_) c->note_port_down(dev);
         }
-        VLOG_INFO(NCCL_NET, "%s: %zu sending and %zu receiving connections told in %.1f ms", cause.c_str(),
-                  send_.size(), up ? size_t{0} : recv_.size(), static_cast<double>(now_ns() - t0) / 1e6);
+        // One line per event at WARN for a port lost: each connection's own failover line
+        // is bounded by its log::Burst.
+        if (up)
+            VLOG_INFO(NCCL_NET, "%s: %zu sending connections told in %.1f ms; each rebuilds its paths on "
+                      "the port", cause.c_str(), send_.size(), static_cast<double>(now_ns() - t0) / 1e6);
+        else
+            VLOG_WARN("%s: %zu sending and %zu receiving connections told in %.1f ms; each leaves its "
+                      "paths on the port", cause.c_str(), send_.size(), recv_.size(),
+                      static_cast<double>(now_ns() - t0) / 1e6);
     }
 
 private:

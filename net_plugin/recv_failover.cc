@@ -12,6 +12,13 @@
 #include "telemetry/writer.h"
 
 namespace vigil::net {
+namespace {
+
+// A port event (here, or at the sender: its generation notice) loses a path of every
+// connection on it at once: the first lines in a window are WARNs, the rest INFO.
+log::Burst g_paths_lost("receive paths lost");
+
+} // namespace
 
 // ---- Generations ------------------------------------------------------------------------------
 
@@ -124,7 +131,7 @@ void RecvComm::lose_path_locked(int i, const std::string &why, RecvSlotState to)
         peer_closed_ = true;
     } else {
         telemetry::record_event(telemetry::EventType::kPathLost, p.desc + ": " + why);
-        VLOG_WARN("host %s: path lost: %s: %s%s", host_name(), p.desc.c_str(), why.c_str(),
+        VLOG_BURST(g_paths_lost, "host %s: path lost: %s: %s%s", host_name(), p.desc.c_str(), why.c_str(),
                   any ? "; the connection goes on over its other path" : "; no path left");
     }
     if (!any) no_path_since_ns_ = now_ns();

@@ -59,7 +59,8 @@ WARN_RE = re.compile(r" NCCL WARN (.*)")
 KNOWN_WARN = re.compile(r"failover:|standby path lost|path lost:|connection resumed|"
                         r"path degraded|connection failed|no path to the peer|"
                         r"closed the connection|backup path from dev .* not established|"
-                        r"connect from dev .* failed")
+                        r"connect from dev .* failed|connections told in|"
+                        r"within \d+ s \(a port event reaches|were logged at INFO only")
 
 
 class Rank:

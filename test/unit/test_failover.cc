@@ -618,6 +618,7 @@ struct PortWarns {
     {
         std::lock_guard<std::mutex> lock(vigil::test::g_warn_mu);
         vigil::test::g_warns.clear();
+        vigil::log::Burst::restart_all(); // earlier cases' failovers do not bound this one's WARNs
         vigil::log::set_logger(&vigil::test::warn_logger<kWarnEcho>);
     }
     ~PortWarns() { vigil::log::set_logger(nullptr); }

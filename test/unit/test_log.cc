@@ -4,6 +4,7 @@
 // and a comm's lock holder logs through one, so NCCL's logger never runs under a comm's lock.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -18,6 +19,7 @@
 namespace {
 
 std::vector<std::string> g_seen;         // what the test logger received on the test's thread
+std::vector<ncclDebugLogLevel> g_levels; // ... and at which level
 vigil::net::SendComm *g_probe = nullptr; // when set: the comm the logger calls into
 std::thread::id g_probe_from;            // ... when called on this thread
 bool g_probe_served = true;              // every call into g_probe from the logger was served
@@ -39,7 +41,7 @@ void probe_comm()
     g_probes.push_back(std::move(served));
 }
 
-void test_logger(ncclDebugLogLevel, unsigned long, const char *, int, const char *fmt, ...)
+void test_logger(ncclDebugLogLevel level, unsigned long, const char *, int, const char *fmt, ...)
 {
     char buf[1200];
     va_list ap;
@@ -48,6 +50,7 @@ void test_logger(ncclDebugLogLevel, unsigned long, const char *, int, const char
     va_end(ap);
     if (std::this_thread::get_id() != g_probe_from) return; // the probe's own lines
     g_seen.emplace_back(buf);
+    g_levels.push_back(level);
     probe_comm();
 }
 
@@ -56,6 +59,7 @@ struct TestLogger {
     TestLogger()
     {
         g_seen.clear();
+        g_levels.clear();
         g_probe_from = std::this_thread::get_id();
         vigil::log::set_logger(&test_logger);
     }
@@ -124,4 +128,54 @@ TEST_CASE("NCCL's logger runs after the comm's lock is free: it may call into th
     REQUIRE_FALSE(g_seen.empty());
     CHECK(g_seen[0].find("exceeds the") != std::string::npos);
     CHECK(g_probe_served);
+}
+
+TEST_CASE("a Burst logs the first events of a window at WARN, the rest at INFO, and says so",
+          "[log]")
+{
+    using vigil::log::Burst;
+    TestLogger t;
+    Burst b("test events");
+    const uint64_t t0 = uint64_t{1} << 40;
+    auto warns = [] { return std::count(g_levels.begin(), g_levels.end(), NCCL_LOG_WARN); };
+    for (int i = 0; i < Burst::kWarns; ++i) CHECK(b.level(t0 + static_cast<uint64_t>(i)) == NCCL_LOG_WARN);
+    CHECK(g_seen.empty()); // no note while every event is a WARN
+
+    // The first one held back: INFO, and one WARN that says so.
+    CHECK(b.level(t0 + 100) == NCCL_LOG_INFO);
+    REQUIRE(g_seen.size() == 1);
+    CHECK(g_levels[0] == NCCL_LOG_WARN);
+    CHECK(g_seen[0].find("8 test events within 10 s") != std::string::npos);
+    for (int i = 0; i < 100; ++i) CHECK(b.level(t0 + 1'000'000 + static_cast<uint64_t>(i)) == NCCL_LOG_INFO);
+    CHECK(g_seen.size() == 1); // said once
+
+    // The window ends kWindowNs after its first event: WARNs again, after a count of the held.
+    const uint64_t t1 = t0 + Burst::kWindowNs + 3'000'000'000;
+    CHECK(b.level(t1) == NCCL_LOG_WARN);
+    REQUIRE(g_seen.size() == 2);
+    CHECK(g_levels[1] == NCCL_LOG_WARN);
+    CHECK(g_seen[1].find("101 more test events were logged at INFO only, over 1 ms up to 12 s ago") !=
+          std::string::npos);
+
+    // A window that held nothing back is not counted; restart_all() opens a new window at once.
+    for (int i = 1; i < Burst::kWarns; ++i) CHECK(b.level(t1 + static_cast<uint64_t>(i)) == NCCL_LOG_WARN);
+    CHECK(b.level(t1 + Burst::kWindowNs) == NCCL_LOG_WARN);
+    CHECK(g_seen.size() == 2);
+    for (int i = 1; i < Burst::kWarns; ++i) b.level(t1 + Burst::kWindowNs + static_cast<uint64_t>(i));
+    Burst::restart_all();
+    CHECK(b.level(t1 + Burst::kWindowNs + 100) == NCCL_LOG_WARN);
+    CHECK(g_seen.size() == 2);
+    CHECK(warns() == 2);
+
+    // Through the macro: the level chosen is the level written.
+    Burst m("macro events");
+    g_seen.clear();
+    g_levels.clear();
+    for (int i = 0; i < Burst::kWarns + 2; ++i) VLOG_BURST(m, "event %d", i);
+    REQUIRE(g_seen.size() == static_cast<size_t>(Burst::kWarns) + 3); // the events and one note
+    CHECK(g_seen[Burst::kWarns - 1] == "Vigil event 7");
+    CHECK(g_levels[Burst::kWarns - 1] == NCCL_LOG_WARN);
+    CHECK(g_seen[Burst::kWarns].find("8 macro events within 10 s") != std::string::npos);
+    CHECK(g_seen[Burst::kWarns + 1] == "Vigil event 8");
+    CHECK(g_levels[Burst::kWarns + 1] == NCCL_LOG_INFO);
 }
