@@ -4,7 +4,7 @@
 # number grows, in the lab (2 hosts x 2 ports, every connection with its spread backup).
 # vigil-netbench --workload fanout: rank 0 on host 0 opens N send connections to rank 1 on
 # host 1 through the ncclNet table (an all-to-all at scale opens one per remote peer and
-# channel), both polled as NCCL's proxy does; 20 rounds of one 64 KiB message on every
+# channel), both polled as NCCL's proxy does; 20 rounds of one 64 KiB (BYTES) message on every
 # connection at once (every byte checked); then IDLE seconds with every connection open and
 # nothing posted. Per N and per side: the set-up time, a round's time per connection (median
 # and worst of the rounds), the process's CPU while idle (% of one core, getrusage of every
@@ -20,8 +20,8 @@
 # before the cut taken at the same point of the round (what those connections needed anyway,
 # healthy). And the slowest round in progress within 2 s of the restore, against the median
 # round: what a port failure under load costs at N.
-# Usage: scripts/bench_scale.sh   (CONNS="64 512 2048 4096", IDLE=10, PLUGIN=path of another
-# build's libnccl-net-vigil.so to compare; run as root)
+# Usage: scripts/bench_scale.sh   (CONNS="64 512 2048 4096", IDLE=10, BYTES=65536 per message,
+# PLUGIN=path of another build's libnccl-net-vigil.so to compare; run as root)
 # Environment passes through to the plugin (VIGIL_PROBE_INTERVAL_MS, VIGIL_MULTIPATH, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,12 +38,13 @@ CONNS=${CONNS:-64 512 2048 4096}
 ulimit -Hn 1048576 2>/dev/null || echo "# could not raise the hard fd limit ($(ulimit -Hn)): large N may fail" >&2
 IDLE=${IDLE:-10}
 CUT=${CUT:-1}
+BYTES=${BYTES:-65536}
 bin=$PWD/build/test/netbench/vigil-netbench
 plugin=${PLUGIN:-$PWD/build/net_plugin/libnccl-net-vigil.so}
 tmp=$(mktemp -d /tmp/vigil-bench-scale.XXXXXX)
 trap '[[ -n ${KEEP:-} ]] || rm -rf "$tmp"' EXIT
 
-echo "# fanout: N connections host 0 -> host 1, 2 ports each, spread backups; rounds of one 64 KiB"
+echo "# fanout: N connections host 0 -> host 1, 2 ports each, spread backups; rounds of one $BYTES-byte"
 echo "# message per connection; then ${IDLE} s idle. recv = host 1's process, send = host 0's."
 printf '%6s | %9s %9s | %9s %9s | %7s %7s | %11s %11s | %9s %9s | %7s %7s | %9s %9s | %7s\n' conns idle_recv idle_send \
     steady_r steady_s wake/s_r wake/s_s \
@@ -51,10 +52,10 @@ printf '%6s | %9s %9s | %9s %9s | %7s %7s | %11s %11s | %9s %9s | %7s %7s | %9s 
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.$n.sock"
     scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
-        --workload fanout --channels "$n" --idle "$IDLE" --timeout 900 >"$tmp/r1.$n" 2>"$tmp/log1.$n" &
+        --workload fanout --bytes "$BYTES" --channels "$n" --idle "$IDLE" --timeout 900 >"$tmp/r1.$n" 2>"$tmp/log1.$n" &
     rpid=$!
     if ! scripts/netlab.sh exec 0 -- "$bin" --plugin "$plugin" --rank 0 --nranks 2 --rendezvous "$rdv" \
-        --workload fanout --channels "$n" --idle "$IDLE" --timeout 900 >"$tmp/r0.$n" 2>"$tmp/log0.$n"; then
+        --workload fanout --bytes "$BYTES" --channels "$n" --idle "$IDLE" --timeout 900 >"$tmp/r0.$n" 2>"$tmp/log0.$n"; then
         wait "$rpid" || true
         echo "N=$n failed:" >&2
         tail -n 5 "$tmp/r0.$n" "$tmp/log0.$n" "$tmp/log1.$n" >&2
@@ -86,10 +87,10 @@ mono_clock_init
 for n in $CONNS; do
     rdv="unix:$tmp/rdv.cut.$n.sock"
     scripts/netlab.sh exec 1 -- "$bin" --plugin "$plugin" --rank 1 --nranks 2 --rendezvous "$rdv" \
-        --workload fanout --channels "$n" --idle 0 --duration 12 --timeout 900 >"$tmp/c1.$n" 2>"$tmp/clog1.$n" &
+        --workload fanout --bytes "$BYTES" --channels "$n" --idle 0 --duration 12 --timeout 900 >"$tmp/c1.$n" 2>"$tmp/clog1.$n" &
     rpid=$!
     scripts/netlab.sh exec 0 -- "$bin" --plugin "$plugin" --rank 0 --nranks 2 --rendezvous "$rdv" \
-        --workload fanout --channels "$n" --idle 0 --duration 12 --timeout 900 >"$tmp/c0.$n" 2>"$tmp/clog0.$n" &
+        --workload fanout --bytes "$BYTES" --channels "$n" --idle 0 --duration 12 --timeout 900 >"$tmp/c0.$n" 2>"$tmp/clog0.$n" &
     spid=$!
     # The rounds start once every connection is up: the cut is timed from the first round.
     for _ in $(seq 600); do grep -q "^# fanout" "$tmp/c0.$n" 2>/dev/null && break; sleep 0.1; done
