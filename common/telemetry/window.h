@@ -92,7 +92,17 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// time (PortClock: half of a span during which another path of this process was busy on the
 /// same port, all of it while alone), not its whole busy time: under multipath each port
 /// carries paths of several connections at once, and a path that moves half its port's bytes
-/// beside another is as healthy as one that moves them all alone. The baseline learns over
+/// beside another is as healthy as one that moves them all alone. A port's queue is first in,
+/// first out, not fair: a path with one piece behind another's megabytes gets far less than
+/// its half for that time. So a path is charged the lesser of its fair share and the time the
+/// port needed for its bytes at the rate the port carried everything while the path was busy
+/// on it (PortSpan, summed over the span: a window's own figures are lumps, a message landing
+/// in one window after taking several). A path is then judged slow only when its port, over
+/// the same span, also carried less than the threshold: a port that moved everything at its
+/// rate is not degraded, however its queue shared it out (on the 4 × 2 labs, a path of an uncut
+/// port flagged at a quarter to a third of its baseline in about one job in 40). The price: a
+/// path slow beyond a healthy port (the peer's port cut) while the same port carries other
+/// peers at full rate is not flagged here; the peer flags its own port. The baseline learns over
 /// the whole busy time: a path "busy" beside one that moved nothing (its data waited for the
 /// receiver) had the port to itself, and its share would credit it with up to n times what
 /// the port gave; learned so, the baseline would rise far above the port's rate (on the
@@ -151,14 +161,24 @@ struct DetectorConfig {
     double link_bytes_per_s = 0;     ///< 0: no cap
 };
 
+/// What a path's port carried while the path was busy on it in one window (PortClock::Totals
+/// differences): the port's busy time then (ns, at most the path's busy time) and the bytes
+/// every path of the port reported arrived then. Zero: nothing known (a path without a port
+/// clock).
+struct PortSpan {
+    double busy_ns = 0;
+    double bytes = 0;
+};
+
 class DegradeDetector
 {
 public:
     explicit DegradeDetector(const DetectorConfig &cfg = {}) : cfg_(cfg) {}
     /// Feeds one closed window; returns +1 when the path just became degraded, -1 when it
     /// just became healthy again, 0 otherwise. `share_ns` (<= w.busy_ns): the path's share
-    /// of its port over the window's busy time ("Sharing"); the one-argument form: all of it.
-    int feed(const WindowRecord &w, double share_ns);
+    /// of its port over the window's busy time, and `port` what the port carried meanwhile
+    /// ("Sharing"); the one-argument form: all of it, the port unknown.
+    int feed(const WindowRecord &w, double share_ns, const PortSpan &port = {});
     int feed(const WindowRecord &w) { return feed(w, static_cast<double>(w.busy_ns)); }
     bool degraded() const { return degraded_; }
     double baseline() const { return baseline_; }
@@ -203,7 +223,12 @@ private:
     uint64_t ops_[kMaxK] = {};
     float share_[kMaxK] = {}; // the same busy time, as the path's share of its port
                               // ("Sharing"; float: 256 bytes per path, 24 bits are plenty)
+    float port_busy_[kMaxK] = {}, port_bytes_[kMaxK] = {}; // PortSpan of each slot
     uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0, sum_ops_ = 0;
+    double sum_port_busy_ = 0, sum_port_bytes_ = 0;
+    /// The time the port needed for the span's bytes at the rate it carried everything while
+    /// the path was busy on it (ns); -1 when the span holds no port figures.
+    double port_time() const;
     int n_ = 0, pos_ = 0; // pos_: next slot to write (the newest is pos_ - 1)
 };
 
@@ -287,6 +312,11 @@ private:
     bool entered_ = false;
     double port_mark_ = 0;
     double share_ns_ = 0;
+    // The port's totals when last read while busy (entered_), and what it carried while this
+    // path was busy on it in the current window: its busy time (ns) and bytes.
+    PortClock::Totals port_tot_mark_;
+    double port_busy_ns_ = 0;
+    uint64_t port_bytes_ = 0;
     /// The path becomes busy at `now` (its busy time, and its share of the port, count from
     /// here), or stops being busy at `now` (both are counted up to `now`).
     void busy_begin(uint64_t now);

@@ -377,6 +377,14 @@ TEST_CASE("port clock: advances at 1/n of real time while n paths are busy, not 
     CHECK(c.enter(kT + 45'000'000) == Approx(30 * kMs));
     CHECK(c.read(kT + 60'000'000) == Approx(40 * kMs));
     CHECK(c.leave(kT + 60'000'000) == Approx(40 * kMs));
+    // Its totals: the time any path was busy (40 ms, then 10 from the latest reading) and the
+    // bytes carried.
+    vt::PortClock::Totals tot;
+    c.carried(1000);
+    c.carried(500);
+    c.read(kT + 60'000'000, &tot);
+    CHECK(tot.busy_ns == Approx(50 * kMs));
+    CHECK(tot.bytes == 1500);
     // Per direction and device; none outside the table.
     CHECK(vt::PortClock::of(0, 1) != vt::PortClock::of(1, 1));
     CHECK(vt::PortClock::of(0, 1) == vt::PortClock::of(0, 1));
@@ -429,6 +437,75 @@ TEST_CASE("meter: a path sharing its port with another is judged on its share of
     REQUIRE(sa.verdicts.size() == 1);
     CHECK(sa.verdicts[0].first);
     CHECK(sa.verdicts[0].second >= 60);
+}
+
+TEST_CASE("meter: a path that a first-in first-out port serves unevenly is judged on the port's "
+          "rate",
+          "[telemetry]")
+{
+    // As above, but the port's queue is not fair: while both are busy, A gets a tenth of the
+    // port's bytes and B the rest (A's pieces wait behind B's). The port moves as much as
+    // before: A is healthy. Judged on its fair share alone (half the busy time), A read a fifth
+    // of its baseline and was flagged. Then the port slows to a fifth (A and B a tenth each):
+    // A is degraded.
+    DetectorConfig cfg;
+    cfg.k = 4;
+    cfg.warmup = 4;
+    vt::PortClock port;
+    RecordingSink sa, sb;
+    PathMeter a(kW, &sa, cfg, &port), b(kW, &sb, cfg, &port);
+    uint64_t t = kT;
+    auto window_of = [&](uint64_t a_bytes, uint64_t b_bytes) { // 900 us busy per window
+        a.on_post(t + 50'000, a_bytes);
+        if (b_bytes > 0) b.on_post(t + 50'000, b_bytes);
+        // First in, first out: B's bytes, queued first, land before A's.
+        if (b_bytes > 0) b.on_complete(t + 940'000, t + 50'000, b_bytes);
+        a.on_complete(t + 950'000, t + 50'000, a_bytes);
+        t += kW;
+    };
+    for (int i = 0; i < 30; ++i) window_of(1'000'000, 0);
+    for (int i = 0; i < 30; ++i) window_of(100'000, 900'000);
+    a.advance(t);
+    b.advance(t);
+    CHECK(sa.verdicts.empty());
+    CHECK(sb.verdicts.empty());
+    for (int i = 0; i < 30; ++i) window_of(100'000, 100'000);
+    a.advance(t);
+    REQUIRE(sa.verdicts.size() == 1);
+    CHECK(sa.verdicts[0].first);
+}
+
+TEST_CASE("detector: the port's figures are judged over the span, not window by window",
+          "[telemetry]")
+{
+    // Two paths share a port cut to a fifth of its rate, and their bytes are reported in
+    // lumps: in every other window the other path's bytes land, in the next this path's.
+    // Window by window, this path would be charged nothing in one (the port moved only the
+    // other's bytes) and the port's whole time in the next, and read twice the port's rate.
+    // Over the span it reads the port's rate, a fifth of its baseline: degraded.
+    DetectorConfig cfg;
+    cfg.k = 4;
+    cfg.warmup = 4;
+    vt::DegradeDetector d(cfg);
+    auto win = [](uint64_t bytes) {
+        WindowRecord w{};
+        w.window_us = 1000;
+        w.busy_ns = 900'000;
+        w.bytes = bytes;
+        w.ops = bytes > 0 ? 1 : 0;
+        w.avg_queued_bytes = 1 << 20;
+        return w;
+    };
+    int degraded = 0;
+    for (int i = 0; i < 40; ++i) // alone, 1 MB a window
+        degraded += d.feed(win(1'000'000), 900'000, vt::PortSpan{900'000, 1'000'000});
+    REQUIRE(degraded == 0);
+    for (int i = 0; i < 40; ++i) {
+        const bool mine = i % 2 == 1; // 200 kB of this path every other window, the other's between
+        degraded += d.feed(win(mine ? 200'000 : 0), 450'000, vt::PortSpan{900'000, 200'000});
+    }
+    CHECK(degraded == 1);
+    CHECK(d.degraded());
 }
 
 TEST_CASE("meter: bytes reported landed count in the window they landed, not where the operation "
