@@ -9,43 +9,31 @@ namespace vigil::telemetry {
 void PortClock::advance(uint64_t now) noexcept
 {
     const int n = n_.load(std::memory_order_relaxed);
-    if (now > last_ns_ && n > 0) {
-        v_ += static_cast<double>(now - last_ns_) / n;
-        busy_ns_ += static_cast<double>(now - last_ns_);
-    }
+    if (now > last_ns_ && n > 0) v_ += static_cast<double>(now - last_ns_) / n;
     if (now > last_ns_) last_ns_ = now; // two threads' clock reads may cross: never back
 }
 
-double PortClock::totals(Totals *t) const noexcept
-{
-    if (t != nullptr) {
-        t->busy_ns = busy_ns_;
-        t->bytes = bytes_.load(std::memory_order_relaxed);
-    }
-    return v_;
-}
-
-double PortClock::enter(uint64_t now, Totals *t) noexcept
+double PortClock::enter(uint64_t now) noexcept
 {
     std::lock_guard<std::mutex> g(mu_);
     advance(now);
     n_.fetch_add(1, std::memory_order_relaxed);
-    return totals(t);
+    return v_;
 }
 
-double PortClock::leave(uint64_t now, Totals *t) noexcept
+double PortClock::leave(uint64_t now) noexcept
 {
     std::lock_guard<std::mutex> g(mu_);
     advance(now);
     if (n_.load(std::memory_order_relaxed) > 0) n_.fetch_sub(1, std::memory_order_relaxed);
-    return totals(t);
+    return v_;
 }
 
-double PortClock::read(uint64_t now, Totals *t) noexcept
+double PortClock::read(uint64_t now) noexcept
 {
     std::lock_guard<std::mutex> g(mu_);
     advance(now);
-    return totals(t);
+    return v_;
 }
 
 PortClock *PortClock::of(int dir, int dev) noexcept

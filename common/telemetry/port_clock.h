@@ -28,7 +28,7 @@ namespace vigil::telemetry {
  * megabytes queued still counts as one of two). Either can make a path look slower than its
  * port, never faster.
  *
- * Thread-safe: a mutex around four words, taken when a path's busy state changes and when
+ * Thread-safe: a mutex around three words, taken when a path's busy state changes and when
  * its meter closes a window while busy (at most once per window, 1 ms by default, per busy
  * path); not a spin lock, which on a saturated host spins out a time slice behind a holder
  * that was preempted. No allocation.
@@ -36,27 +36,22 @@ namespace vigil::telemetry {
 class PortClock
 {
 public:
-    /// What the port carried since the process began: the time any of its paths was busy
-    /// (ns) and the bytes they reported arrived (carried()). A path's meter takes the
-    /// difference over its own busy time: the rate at which the port moved everything while
-    /// the path waited on it, which a first-in first-out queue shares out unevenly (a path
-    /// with one piece queued behind another's megabytes gets far less than half of the port
-    /// for that time, yet the port was not slow).
-    struct Totals {
-        double busy_ns = 0;
-        uint64_t bytes = 0;
-    };
-
     /// A path became busy at `now` (ns, CLOCK_MONOTONIC). Returns the clock's reading (ns of
-    /// fair-share time) from which the path's share counts; `*t`, when given, the totals.
-    double enter(uint64_t now, Totals *t = nullptr) noexcept;
+    /// fair-share time) from which the path's share counts.
+    double enter(uint64_t now) noexcept;
     /// A path that entered stopped being busy at `now`; returns the clock's reading.
-    double leave(uint64_t now, Totals *t = nullptr) noexcept;
+    double leave(uint64_t now) noexcept;
     /// The clock's reading at `now`.
-    double read(uint64_t now, Totals *t = nullptr) noexcept;
+    double read(uint64_t now) noexcept;
     /// `bytes` of a path on this port arrived (a completion, or bytes reported landed).
     /// Lock-free.
     void carried(uint64_t bytes) noexcept { bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+    /// Bytes the port's paths carried since the process began. A path's meter takes the
+    /// difference over its own busy time: what the port moved while the path waited on it.
+    /// A first-in first-out queue shares that out unevenly (a path with one piece queued
+    /// behind another's megabytes gets far less than half of the port for that time), yet
+    /// the port was not slow (DegradeDetector, "Sharing"). Lock-free.
+    uint64_t carried_total() const noexcept { return bytes_.load(std::memory_order_relaxed); }
     /// Paths busy on the port now.
     int busy() const noexcept { return n_.load(std::memory_order_relaxed); }
 
@@ -70,11 +65,9 @@ private:
     void advance(uint64_t now) noexcept; // with mu_ held
     std::mutex mu_;
     double v_ = 0;          // the fair-share time, ns
-    double busy_ns_ = 0;    // time with at least one path busy, ns
-    uint64_t last_ns_ = 0;  // when v_ and busy_ns_ were last advanced
+    uint64_t last_ns_ = 0;  // when v_ was last advanced
     std::atomic<int> n_{0}; // paths busy
-    std::atomic<uint64_t> bytes_{0};
-    double totals(Totals *t) const noexcept; // with mu_ held: fills *t (if given), returns v_
+    std::atomic<uint64_t> bytes_{0}; // carried()
 };
 
 } // namespace vigil::telemetry

@@ -36,13 +36,13 @@ void DegradeDetector::open_slot(int k)
         sum_busy_ -= busy_[pos_];
         sum_ops_ -= ops_[pos_];
         sum_wait_ -= wait_[pos_];
-        sum_port_busy_ -= port_busy_[pos_];
-        sum_port_bytes_ -= port_bytes_[pos_];
+        if (port_bytes_[pos_] < 0) --port_unknown_;
+        else sum_port_bytes_ -= port_bytes_[pos_];
     } else {
         ++n_;
     }
     bytes_[pos_] = busy_[pos_] = ops_[pos_] = wait_[pos_] = 0;
-    share_[pos_] = port_busy_[pos_] = port_bytes_[pos_] = 0;
+    share_[pos_] = port_bytes_[pos_] = 0;
     pos_ = (pos_ + 1) % k;
     ++since_change_;
     if (slow_for_ > 0) ++slow_for_;
@@ -78,10 +78,9 @@ void DegradeDetector::learn(int k, bool slow, double bw)
 
 double DegradeDetector::port_time() const
 {
-    // Sums kept in floats drift by a few ulps as slots come and go: what is left of an empty
-    // span is no evidence.
-    if (sum_port_bytes_ < 1 || sum_port_busy_ < 1 || sum_bytes_ == 0) return -1;
-    return sum_port_busy_ * static_cast<double>(sum_bytes_) /
+    // Sums kept from floats: what is left of a span that carried nothing is no evidence.
+    if (port_unknown_ > 0 || sum_port_bytes_ < 1 || sum_bytes_ == 0) return -1;
+    return static_cast<double>(sum_busy_) * static_cast<double>(sum_bytes_) /
            std::max(sum_port_bytes_, static_cast<double>(sum_bytes_));
 }
 
@@ -117,7 +116,7 @@ double DegradeDetector::raw() const
     return share <= 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / share;
 }
 
-int DegradeDetector::feed(const WindowRecord &w, double share_ns, const PortSpan &port)
+int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_bytes)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
     const uint64_t wait = static_cast<uint64_t>(w.wait_us) * 1000;
@@ -148,13 +147,17 @@ int DegradeDetector::feed(const WindowRecord &w, double share_ns, const PortSpan
     bytes_[i] += w.bytes;
     busy_[i] += w.busy_ns;
     share_[i] += static_cast<float>(std::clamp(share_ns, 0.0, static_cast<double>(w.busy_ns)));
-    const double pbusy = std::clamp(port.busy_ns, 0.0, static_cast<double>(w.busy_ns));
-    const double pbytes = std::max(port.bytes, 0.0);
-    const float busy_was = port_busy_[i], bytes_was = port_bytes_[i];
-    port_busy_[i] += static_cast<float>(pbusy);
-    port_bytes_[i] += static_cast<float>(pbytes);
-    sum_port_busy_ += static_cast<double>(port_busy_[i]) - static_cast<double>(busy_was); // exact
-    sum_port_bytes_ += static_cast<double>(port_bytes_[i]) - static_cast<double>(bytes_was);
+    if (port_bytes_[i] >= 0) { // a slot whose port is not known stays so
+        if (port_bytes < 0) {
+            sum_port_bytes_ -= port_bytes_[i];
+            port_bytes_[i] = -1;
+            ++port_unknown_;
+        } else {
+            const float was = port_bytes_[i];
+            port_bytes_[i] += static_cast<float>(port_bytes);
+            sum_port_bytes_ += static_cast<double>(port_bytes_[i]) - static_cast<double>(was); // exact
+        }
+    }
     ops_[i] += w.ops;
     sum_bytes_ += w.bytes;
     sum_busy_ += w.busy_ns;
@@ -213,7 +216,8 @@ void PathMeter::busy_begin(uint64_t now)
 {
     busy_since_ = now;
     if (port_ == nullptr) return;
-    port_mark_ = port_->enter(now, &port_tot_mark_);
+    port_mark_ = port_->enter(now);
+    port_bytes_mark_ = port_->carried_total();
     entered_ = true;
 }
 
@@ -230,13 +234,12 @@ void PathMeter::share_until(uint64_t now, uint64_t from, bool leave)
         share_ns_ += static_cast<double>(since_or_zero(now, from));
         return;
     }
-    PortClock::Totals tot;
-    const double v = leave ? port_->leave(now, &tot) : port_->read(now, &tot);
+    const double v = leave ? port_->leave(now) : port_->read(now);
     share_ns_ += std::max(0.0, v - port_mark_);
     port_mark_ = v;
-    port_busy_ns_ += std::max(0.0, tot.busy_ns - port_tot_mark_.busy_ns);
-    port_bytes_ += tot.bytes - std::min(tot.bytes, port_tot_mark_.bytes);
-    port_tot_mark_ = tot;
+    const uint64_t carried = port_->carried_total();
+    port_bytes_ += carried - std::min(carried, port_bytes_mark_);
+    port_bytes_mark_ = carried;
     entered_ = !leave;
 }
 
@@ -302,7 +305,8 @@ void PathMeter::close_window()
         cur_.avg_queued_bytes =
             cur_.busy_ns == 0 ? 0 : static_cast<uint64_t>(queued_byte_ns_ / static_cast<double>(cur_.busy_ns));
         cur_.wait_us = static_cast<uint32_t>(std::min<uint64_t>(wait_ns_ / 1000, UINT32_MAX));
-        const int change = detector_.feed(cur_, share_ns_, PortSpan{port_busy_ns_, static_cast<double>(port_bytes_)});
+        const int change =
+            detector_.feed(cur_, share_ns_, port_ == nullptr ? -1.0 : static_cast<double>(port_bytes_));
         cur_.degraded = detector_.degraded() ? 1 : 0;
         cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
         cur_.judged_bps = static_cast<uint64_t>(detector_.judged_own());
@@ -317,7 +321,6 @@ void PathMeter::close_window()
     cur_.receiver_bound = receiver_bound_ ? 1 : 0;
     queued_byte_ns_ = 0;
     share_ns_ = 0;
-    port_busy_ns_ = 0;
     port_bytes_ = 0;
     wait_ns_ = 0;
     hist_.reset();

@@ -96,8 +96,9 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// first out, not fair: a path with one piece behind another's megabytes gets far less than
 /// its half for that time. So a path is charged the lesser of its fair share and the time the
 /// port needed for its bytes at the rate the port carried everything while the path was busy
-/// on it (PortSpan, summed over the span: a window's own figures are lumps, a message landing
-/// in one window after taking several). A path is then judged slow only when its port, over
+/// on it (its busy time, over the bytes the port carried meanwhile: PortClock::carried_total()
+/// summed over the span; a window's own figures are lumps, a message landing in one window
+/// after taking several). A path is then judged slow only when its port, over
 /// the same span, also carried less than the threshold: a port that moved everything at its
 /// rate is not degraded, however its queue shared it out (on the 4 × 2 labs, a path of an uncut
 /// port flagged at a quarter to a third of its baseline in about one job in 40). The price: a
@@ -161,24 +162,16 @@ struct DetectorConfig {
     double link_bytes_per_s = 0;     ///< 0: no cap
 };
 
-/// What a path's port carried while the path was busy on it in one window (PortClock::Totals
-/// differences): the port's busy time then (ns, at most the path's busy time) and the bytes
-/// every path of the port reported arrived then. Zero: nothing known (a path without a port
-/// clock).
-struct PortSpan {
-    double busy_ns = 0;
-    double bytes = 0;
-};
-
 class DegradeDetector
 {
 public:
     explicit DegradeDetector(const DetectorConfig &cfg = {}) : cfg_(cfg) {}
     /// Feeds one closed window; returns +1 when the path just became degraded, -1 when it
     /// just became healthy again, 0 otherwise. `share_ns` (<= w.busy_ns): the path's share
-    /// of its port over the window's busy time, and `port` what the port carried meanwhile
-    /// ("Sharing"); the one-argument form: all of it, the port unknown.
-    int feed(const WindowRecord &w, double share_ns, const PortSpan &port = {});
+    /// of its port over the window's busy time, and `port_bytes` the bytes every path of the
+    /// port carried meanwhile (PortClock::carried_total(); negative: not known) ("Sharing");
+    /// the one-argument form: all of it, the port not known.
+    int feed(const WindowRecord &w, double share_ns, double port_bytes = -1);
     int feed(const WindowRecord &w) { return feed(w, static_cast<double>(w.busy_ns)); }
     bool degraded() const { return degraded_; }
     double baseline() const { return baseline_; }
@@ -223,9 +216,10 @@ private:
     uint64_t ops_[kMaxK] = {};
     float share_[kMaxK] = {}; // the same busy time, as the path's share of its port
                               // ("Sharing"; float: 256 bytes per path, 24 bits are plenty)
-    float port_busy_[kMaxK] = {}, port_bytes_[kMaxK] = {}; // PortSpan of each slot
+    float port_bytes_[kMaxK] = {}; // the port's bytes over the same busy time (< 0: not known)
     uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0, sum_ops_ = 0;
-    double sum_port_busy_ = 0, sum_port_bytes_ = 0;
+    double sum_port_bytes_ = 0;
+    int port_unknown_ = 0; // slots of the span whose port's bytes are not known
     /// The time the port needed for the span's bytes at the rate it carried everything while
     /// the path was busy on it (ns); -1 when the span holds no port figures.
     double port_time() const;
@@ -312,10 +306,9 @@ private:
     bool entered_ = false;
     double port_mark_ = 0;
     double share_ns_ = 0;
-    // The port's totals when last read while busy (entered_), and what it carried while this
-    // path was busy on it in the current window: its busy time (ns) and bytes.
-    PortClock::Totals port_tot_mark_;
-    double port_busy_ns_ = 0;
+    // The port's carried_total() when last read while busy (entered_), and what it carried
+    // while this path was busy on it in the current window.
+    uint64_t port_bytes_mark_ = 0;
     uint64_t port_bytes_ = 0;
     /// The path becomes busy at `now` (its busy time, and its share of the port, count from
     /// here), or stops being busy at `now` (both are counted up to `now`).
