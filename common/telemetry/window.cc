@@ -158,10 +158,11 @@ int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_by
             sum_port_bytes_ += static_cast<double>(port_bytes_[i]) - static_cast<double>(was); // exact
         }
     }
-    ops_[i] += w.ops;
+    const uint32_t ops_was = ops_[i];
+    ops_[i] = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{ops_was} + w.ops, UINT32_MAX));
     sum_bytes_ += w.bytes;
     sum_busy_ += w.busy_ns;
-    sum_ops_ += w.ops;
+    sum_ops_ += ops_[i] - ops_was; // what the slot holds, so it leaves the sum exactly
     attribute_wait(wait);
     // A verdict needs a full span, a completion in this window (a stall without one may still
     // be reported as wait time) and enough of the path's own busy time to judge.

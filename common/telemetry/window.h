@@ -213,7 +213,7 @@ private:
     int loaded_run_ = 0;   // loaded windows since the last one that was not
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
-    uint64_t ops_[kMaxK] = {};
+    uint32_t ops_[kMaxK] = {}; // completions of a slot (saturating: a window holds thousands)
     float share_[kMaxK] = {}; // the same busy time, as the path's share of its port
                               // ("Sharing"; float: 256 bytes per path, 24 bits are plenty)
     float port_bytes_[kMaxK] = {}; // the port's bytes over the same busy time (< 0: not known)
