@@ -2,6 +2,7 @@
 // Logging bridge implementation: NCCL's logger when set, else a stderr stub.
 #include "log.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -158,11 +159,11 @@ ncclDebugLogLevel Burst::level(uint64_t now) noexcept
     ncclDebugLogLevel lv = NCCL_LOG_WARN;
     {
         std::lock_guard<std::mutex> g(mu_);
-        if (!open_ || epoch != epoch_ || now - start_ns_ >= kWindowNs) {
+        if (!open_ || epoch != epoch_ || since(now, start_ns_) >= kWindowNs) {
             if (open_ && epoch == epoch_ && events_ > static_cast<uint64_t>(kWarns)) {
                 held = events_ - static_cast<uint64_t>(kWarns);
-                held_span_ms = (last_ns_ - start_ns_) / 1'000'000;
-                held_age_s = (now - last_ns_) / 1'000'000'000;
+                held_span_ms = since(last_ns_, start_ns_) / 1'000'000;
+                held_age_s = since(now, last_ns_) / 1'000'000'000;
             }
             open_ = true;
             epoch_ = epoch;
@@ -170,7 +171,7 @@ ncclDebugLogLevel Burst::level(uint64_t now) noexcept
             events_ = 0;
         }
         ++events_;
-        last_ns_ = now;
+        last_ns_ = std::max(last_ns_, now); // two threads' clock reads may cross
         if (events_ > static_cast<uint64_t>(kWarns)) {
             lv = NCCL_LOG_INFO;
             first_held = events_ == static_cast<uint64_t>(kWarns) + 1;

@@ -54,7 +54,7 @@ public:
 /// first kWarns of a window log at WARN, the rest at INFO (NCCL_DEBUG=INFO still shows every
 /// one); the first held back adds a WARN that says so, and the next event after the window
 /// adds one with how many were held back in it. One static instance per kind of event.
-/// Thread-safe (a mutex, taken once per event); no allocation.
+/// Thread-safe (a mutex, taken once per event; callers' clock reads may cross); no allocation.
 class Burst
 {
 public:
@@ -90,7 +90,6 @@ private:
 };
 
 } // namespace vigil::log
-
 
 /// One WARN per event, where the error is first classified.
 #define VLOG_WARN(fmt, ...)                                                                    \
