@@ -97,7 +97,7 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     } else if (!was_active) {
         cancel_drain_locked();
         VLOG_BURST(g_standbys_lost, "host %s: standby path lost: %s: %s; the connection has no standby now",
-                  host_name(), d.desc.c_str(), cause.c_str());
+                   host_name(), d.desc.c_str(), cause.c_str());
         return;
     } else {
         // A shared path carries already: it takes over first.
@@ -109,8 +109,8 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
             orphan_slot_ = dead;
             orphan_id_ = d.path->identity().id;
             VLOG_BURST(g_no_path, "host %s: path lost: %s: %s; no path left, waiting up to %llu ms for one",
-                      host_name(), d.desc.c_str(), cause.c_str(),
-                      static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
+                       host_name(), d.desc.c_str(), cause.c_str(),
+                       static_cast<unsigned long long>(cfg_.fatal_timeout_ns / 1000000));
             return;
         }
         backup_since_ns_ = t0;
@@ -127,12 +127,12 @@ void SendComm::failover_locked(int dead, const std::string &cause) noexcept
     failover_probe_seq_ = acked_ + 1;
     failover_timing_ = replay.msgs > 0;
     VLOG_BURST(g_failovers, "host %s: failover: %s%s: %s; %s %s, generation %u, replaying %llu messages "
-              "(of seq %llu..%llu, %llu bytes), switch took %.1f us",
-              host_name(), was_shared ? "shared path lost: " : "", d.desc.c_str(), cause.c_str(),
-              was_shared ? "all traffic on" : "now on", a.desc.c_str(), gen_,
-              static_cast<unsigned long long>(replay.msgs),
-              static_cast<unsigned long long>(acked_), static_cast<unsigned long long>(next_seq_),
-              static_cast<unsigned long long>(replay.bytes), static_cast<double>(now_ns() - t0) / 1e3);
+               "(of seq %llu..%llu, %llu bytes), switch took %.1f us",
+               host_name(), was_shared ? "shared path lost: " : "", d.desc.c_str(), cause.c_str(),
+               was_shared ? "all traffic on" : "now on", a.desc.c_str(), gen_,
+               static_cast<unsigned long long>(replay.msgs),
+               static_cast<unsigned long long>(acked_), static_cast<unsigned long long>(next_seq_),
+               static_cast<unsigned long long>(replay.bytes), static_cast<double>(now_ns() - t0) / 1e3);
 }
 
 void SendComm::cancel_drain_locked() noexcept
@@ -260,7 +260,7 @@ void SendComm::rebuild_locked(uint64_t now) noexcept
             const Outstanding replay = switch_to_locked(i, orphan_slot_, orphan_id_);
             orphan_slot_ = -1;
             VLOG_BURST(g_resumed, "host %s: connection resumed on %s, generation %u, replaying %llu bytes",
-                      host_name(), sl.desc.c_str(), gen_, static_cast<unsigned long long>(replay.bytes));
+                       host_name(), sl.desc.c_str(), gen_, static_cast<unsigned long long>(replay.bytes));
         }
     }
 }

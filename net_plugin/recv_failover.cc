@@ -132,7 +132,7 @@ void RecvComm::lose_path_locked(int i, const std::string &why, RecvSlotState to)
     } else {
         telemetry::record_event(telemetry::EventType::kPathLost, p.desc + ": " + why);
         VLOG_BURST(g_paths_lost, "host %s: path lost: %s: %s%s", host_name(), p.desc.c_str(), why.c_str(),
-                  any ? "; the connection goes on over its other path" : "; no path left");
+                   any ? "; the connection goes on over its other path" : "; no path left");
     }
     if (!any) no_path_since_ns_ = now_ns();
 }

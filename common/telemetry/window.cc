@@ -36,8 +36,7 @@ void DegradeDetector::open_slot(int k)
         sum_busy_ -= busy_[pos_];
         sum_ops_ -= ops_[pos_];
         sum_wait_ -= wait_[pos_];
-        if (port_bytes_[pos_] < 0) --port_unknown_;
-        else sum_port_bytes_ -= port_bytes_[pos_];
+        sum_port_bytes_ -= port_bytes_[pos_];
     } else {
         ++n_;
     }
@@ -78,8 +77,9 @@ void DegradeDetector::learn(int k, bool slow, double bw)
 
 double DegradeDetector::port_time() const
 {
-    // Sums kept from floats: what is left of a span that carried nothing is no evidence.
-    if (port_unknown_ > 0 || sum_port_bytes_ < 1 || sum_bytes_ == 0) return -1;
+    // Sums kept from floats: what is left of a span that carried nothing (or of a path
+    // without a port clock) is no evidence.
+    if (sum_port_bytes_ < 1 || sum_bytes_ == 0) return -1;
     return static_cast<double>(sum_busy_) * static_cast<double>(sum_bytes_) /
            std::max(sum_port_bytes_, static_cast<double>(sum_bytes_));
 }
@@ -147,17 +147,9 @@ int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_by
     bytes_[i] += w.bytes;
     busy_[i] += w.busy_ns;
     share_[i] += static_cast<float>(std::clamp(share_ns, 0.0, static_cast<double>(w.busy_ns)));
-    if (port_bytes_[i] >= 0) { // a slot whose port is not known stays so
-        if (port_bytes < 0) {
-            sum_port_bytes_ -= port_bytes_[i];
-            port_bytes_[i] = -1;
-            ++port_unknown_;
-        } else {
-            const float was = port_bytes_[i];
-            port_bytes_[i] += static_cast<float>(port_bytes);
-            sum_port_bytes_ += static_cast<double>(port_bytes_[i]) - static_cast<double>(was); // exact
-        }
-    }
+    const float port_was = port_bytes_[i];
+    port_bytes_[i] += static_cast<float>(std::max(port_bytes, 0.0));
+    sum_port_bytes_ += static_cast<double>(port_bytes_[i]) - static_cast<double>(port_was); // exact
     const uint32_t ops_was = ops_[i];
     ops_[i] = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{ops_was} + w.ops, UINT32_MAX));
     sum_bytes_ += w.bytes;
@@ -306,8 +298,7 @@ void PathMeter::close_window()
         cur_.avg_queued_bytes =
             cur_.busy_ns == 0 ? 0 : static_cast<uint64_t>(queued_byte_ns_ / static_cast<double>(cur_.busy_ns));
         cur_.wait_us = static_cast<uint32_t>(std::min<uint64_t>(wait_ns_ / 1000, UINT32_MAX));
-        const int change =
-            detector_.feed(cur_, share_ns_, port_ == nullptr ? -1.0 : static_cast<double>(port_bytes_));
+        const int change = detector_.feed(cur_, share_ns_, static_cast<double>(port_bytes_));
         cur_.degraded = detector_.degraded() ? 1 : 0;
         cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
         cur_.judged_bps = static_cast<uint64_t>(detector_.judged_own());

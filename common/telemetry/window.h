@@ -169,9 +169,9 @@ public:
     /// Feeds one closed window; returns +1 when the path just became degraded, -1 when it
     /// just became healthy again, 0 otherwise. `share_ns` (<= w.busy_ns): the path's share
     /// of its port over the window's busy time, and `port_bytes` the bytes every path of the
-    /// port carried meanwhile (PortClock::carried_total(); negative: not known) ("Sharing");
-    /// the one-argument form: all of it, the port not known.
-    int feed(const WindowRecord &w, double share_ns, double port_bytes = -1);
+    /// port carried meanwhile (PortClock::carried_total(); 0: not known) ("Sharing"); the
+    /// one-argument form: all of it, the port not known.
+    int feed(const WindowRecord &w, double share_ns, double port_bytes = 0);
     int feed(const WindowRecord &w) { return feed(w, static_cast<double>(w.busy_ns)); }
     bool degraded() const { return degraded_; }
     double baseline() const { return baseline_; }
@@ -216,12 +216,11 @@ private:
     uint32_t ops_[kMaxK] = {}; // completions of a slot (saturating: a window holds thousands)
     float share_[kMaxK] = {}; // the same busy time, as the path's share of its port
                               // ("Sharing"; float: 256 bytes per path, 24 bits are plenty)
-    float port_bytes_[kMaxK] = {}; // the port's bytes over the same busy time (< 0: not known)
+    float port_bytes_[kMaxK] = {}; // the port's bytes over the same busy time (0: not known)
     uint64_t sum_bytes_ = 0, sum_busy_ = 0, sum_wait_ = 0, sum_ops_ = 0;
     double sum_port_bytes_ = 0;
-    int port_unknown_ = 0; // slots of the span whose port's bytes are not known
     /// The time the port needed for the span's bytes at the rate it carried everything while
-    /// the path was busy on it (ns); -1 when the span holds no port figures.
+    /// the path was busy on it (ns); -1 when the span's port carried nothing known.
     double port_time() const;
     int n_ = 0, pos_ = 0; // pos_: next slot to write (the newest is pos_ - 1)
 };
