@@ -43,33 +43,55 @@ all_judging() {
     mapfile -t pids < <(netbench_pids "unix:$TMP/rdv.1.sock")
     ((${#pids[@]} == 4)) && judging "${pids[@]}"
 }
+# changed_after ITER: rank 0 logged a view change at a block after ITER.
+changed_after() {
+    grep -o 'view change at block [0-9]*' "$TMP/out.1.err.0" 2>/dev/null | awk -v c="$1" '$5 > c { f = 1 } END { exit !f }'
+}
 # The iteration rank 0 reported last ($TMP/out.1: its stdout), -1 before the first.
 last_iter() { awk '$1 ~ /^[0-9]+$/ { i = $1 } END { print (i == "" ? -1 : i) }' "$TMP/out.1" 2>/dev/null || echo -1; }
 
-# Cut host 2's port 0 once every detector judges; degraded.at gets the last iteration before.
+# The controller, driven by events, not by a count of iterations (the detectors' warm-up took
+# 30 to 65 iterations on an idle 2-core host and over 150 beside a CPU hog): once every
+# detector judges, cut host 2's port 0 (degraded.at gets the last iteration before); once rank
+# 0 logs a view change after the cut, or 150 iterations after the cut without one, let the
+# ring run SETTLE more iterations for the view to settle or swing, then cast a stop vote
+# (SIGUSR1 to one rank: every rank stops after the same iteration). --iters bounds the run,
+# and the controller gives up once the ranks are gone.
+settle=${TUNER_LAB_SETTLE:-100}
 (
-    for _ in $(seq 300); do # 60 s
+    stop() { kill -USR1 "$(netbench_pids "unix:$TMP/rdv.1.sock" | head -1)" 2>/dev/null || true; exit 0; }
+    running() { [[ -n $(netbench_pids "unix:$TMP/rdv.1.sock") ]]; }
+    for _ in $(seq 750); do # 150 s
         if all_judging; then
             "$NETLAB_SH" degrade 2 0 200mbit
             last_iter >"$TMP/degraded.at"
-            exit 0
+            break
         fi
         sleep 0.2
     done
+    [[ -s $TMP/degraded.at ]] || stop
+    cut=$(cat "$TMP/degraded.at")
+    until (($(last_iter) >= cut + 150)) || changed_after "$cut"; do
+        running || exit 0
+        sleep 0.2
+    done
+    at=$(last_iter)
+    until (($(last_iter) >= at + settle)); do
+        running || exit 0
+        sleep 0.2
+    done
+    stop
 ) &
 degrader=$!
 
-# 160 iterations (about 25 s here): the detectors' warm-up took 30 to 65 of them on this
-# 2-core host and once outlasted 80, so the port was never cut.
-iters=160
 out=$(VIGIL_TUNER_STORE="redis://$store_addr:6379" VIGIL_TUNER_BLOCK=1 NCCL_DEBUG=INFO \
-    run_ranks 4 --workload allreduce --bytes 4M --iters "$iters" --tuner net)
+    run_ranks 4 --workload allreduce --bytes 4M --iters 3000 --loop --tuner net)
 wait "$degrader" || true
 degrader=""
 expect_ok "$out"
 [[ -s $TMP/degraded.at ]] || fail "the detectors never judged every rank's send primary path: the port was never cut"
 cut=$(cat "$TMP/degraded.at")
-echo "host 2 port 0 cut after iteration $cut of $iters"
+echo "host 2 port 0 cut after iteration $cut of $(last_iter)"
 [[ $(json_get "$out" tuner_agree) == True ]] || fail "the ranks' tuner decisions differ"
 [[ $(json_get "$out" tuner_api) == 7 ]] || fail "expected ncclTunerPlugin_v7 from the net library"
 
