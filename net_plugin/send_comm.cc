@@ -138,7 +138,7 @@ void SendComm::share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64
     striper_.on_landed(slot, landed, now - late);
     PathTelemetry *tm = paths_[slot].tm.get();
     // What landed counts in the meter's window now, not all at the share's end.
-    if (tm != nullptr && landed > 0) tm->meter.on_progress(now, landed);
+    if (tm != nullptr && landed > 0) tm->meter.on_progress(now, landed, now - late);
     if (sh.landed < sh.bytes) return;
     if (tm != nullptr) {
         tm->meter.on_complete(now, sh.posted_ns, 0);

@@ -116,7 +116,8 @@ double DegradeDetector::raw() const
     return share <= 0 ? 0.0 : static_cast<double>(sum_bytes_) * 1e9 / share;
 }
 
-int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_bytes)
+int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_bytes,
+                          uint64_t early_bytes)
 {
     const double window_ns = static_cast<double>(w.window_us) * 1e3;
     const uint64_t wait = static_cast<uint64_t>(w.wait_us) * 1000;
@@ -129,6 +130,10 @@ int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_by
     const bool tail = !busy && queued && !w.receiver_bound && w.ops > 0 && n_ > 0 &&
                       loaded_run_ > cfg_.settle;
     loaded_run_ = loaded ? loaded_run_ + 1 : 0;
+    // Where the windows that count began (this one's bytes are dated against it only after
+    // it closed: while a first counted window is open, everything before it is early).
+    if (loaded && loaded_run_ == cfg_.settle + 1) counted_since_ = w.start_ns;
+    else if (!tail && loaded_run_ <= cfg_.settle) counted_since_ = UINT64_MAX;
     const int k = std::clamp(cfg_.k, 1, kMaxK);
     if (!tail) {
         if (!loaded || loaded_run_ <= cfg_.settle) {
@@ -144,7 +149,9 @@ int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_by
     // The window's bytes, busy time and completions go to the newest slot (a tail's to the
     // loaded window before it), its wait to the newest slots that have busy time for it.
     const int i = (pos_ - 1 + k) % k;
-    bytes_[i] += w.bytes;
+    // Bytes that landed in a window that did not count do not count either ("Dated bytes").
+    const uint64_t bytes = w.bytes - std::min(early_bytes, w.bytes);
+    bytes_[i] += bytes;
     busy_[i] += w.busy_ns;
     share_[i] += static_cast<float>(std::clamp(share_ns, 0.0, static_cast<double>(w.busy_ns)));
     const float port_was = port_bytes_[i];
@@ -152,7 +159,7 @@ int DegradeDetector::feed(const WindowRecord &w, double share_ns, double port_by
     sum_port_bytes_ += static_cast<double>(port_bytes_[i]) - static_cast<double>(port_was); // exact
     const uint32_t ops_was = ops_[i];
     ops_[i] = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{ops_was} + w.ops, UINT32_MAX));
-    sum_bytes_ += w.bytes;
+    sum_bytes_ += bytes;
     sum_busy_ += w.busy_ns;
     sum_ops_ += ops_[i] - ops_was; // what the slot holds, so it leaves the sum exactly
     attribute_wait(wait);
@@ -298,7 +305,7 @@ void PathMeter::close_window()
         cur_.avg_queued_bytes =
             cur_.busy_ns == 0 ? 0 : static_cast<uint64_t>(queued_byte_ns_ / static_cast<double>(cur_.busy_ns));
         cur_.wait_us = static_cast<uint32_t>(std::min<uint64_t>(wait_ns_ / 1000, UINT32_MAX));
-        const int change = detector_.feed(cur_, share_ns_, static_cast<double>(port_bytes_));
+        const int change = detector_.feed(cur_, share_ns_, static_cast<double>(port_bytes_), early_bytes_);
         cur_.degraded = detector_.degraded() ? 1 : 0;
         cur_.baseline_bps = detector_.armed() ? static_cast<uint64_t>(detector_.baseline()) : 0;
         cur_.judged_bps = static_cast<uint64_t>(detector_.judged_own());
@@ -314,6 +321,7 @@ void PathMeter::close_window()
     queued_byte_ns_ = 0;
     share_ns_ = 0;
     port_bytes_ = 0;
+    early_bytes_ = 0;
     wait_ns_ = 0;
     hist_.reset();
 }
@@ -335,6 +343,12 @@ void PathMeter::on_more(uint64_t now, uint64_t bytes)
     cur_.peak_inflight_bytes = std::max(cur_.peak_inflight_bytes, inflight_bytes_);
 }
 
+void PathMeter::date(uint64_t landed_at, uint64_t bytes)
+{
+    // A landing dated in a window already closed counts only if that window counted.
+    if (landed_at < start_ && landed_at < detector_.counted_since()) early_bytes_ += bytes;
+}
+
 void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
 {
     advance(now);
@@ -348,12 +362,13 @@ void PathMeter::on_complete(uint64_t now, uint64_t posted_at, uint64_t bytes)
     if (--inflight_ops_ == 0) busy_end(now);
 }
 
-void PathMeter::on_progress(uint64_t now, uint64_t bytes)
+void PathMeter::on_progress(uint64_t now, uint64_t bytes, uint64_t landed_at)
 {
     advance(now);
     account(now);
     if (port_ != nullptr) port_->carried(bytes);
     cur_.bytes += bytes;
+    date(landed_at, bytes);
     inflight_bytes_ -= std::min(bytes, inflight_bytes_);
 }
 

@@ -139,6 +139,20 @@ enum PathState : uint8_t { kUnused = 0, kActive = 1, kStandby = 2, kDead = 3 };
 /// 4 MiB below ~5 Gbit/s, 512 KiB below ~0.7 Gbit/s). A path that becomes that slow after the
 /// baseline was learned is still judged, and flagged.
 ///
+/// Dated bytes. A fabric may learn that bytes landed some time after they did (TCP: the
+/// receiver's landed reports ride its back channel, late by as long as its reader and this
+/// end's took to run), so the window in which the news arrives is not the one in which the
+/// path moved them. Skipping a busy period's first `settle` windows dropped their busy time,
+/// but the news of what the path moved in them arrived in the windows after and counted
+/// there. On the 4-rank ring of a 2-core host (pieces of a few windows each, ports shaped to
+/// 100 MB/s with a 1 ms bucket), the send paths' baselines read 1.3 to 1.75 times what the
+/// ports carry, and the threshold, half the baseline, came near the ports' own rate. A
+/// landing is therefore dated (PathMeter::on_progress's `landed_at`), and bytes that landed
+/// in a window that did not count (one of the first `settle`, or one that was not loaded)
+/// do not count where their news arrives either: the same baselines read 0.9 to 1.15. A
+/// date later than the truth only keeps such bytes in (a fabric that cannot tell dates them
+/// at their arrival): it can leave a span looking faster, never slower.
+///
 /// Verdict. Degraded when the aggregate has been below `fraction` x baseline at every
 /// judgement for `k` loaded windows: a stall no end point can see (the kernel's own network
 /// processing held up on a saturated host, before any socket timestamp) drags one span down, a
@@ -171,9 +185,15 @@ public:
     /// of its port over the window's busy time, and `port_bytes` the bytes every path of the
     /// port carried meanwhile (PortClock::carried_total(); 0: not known) ("Sharing"); the
     /// one-argument form: all of it, the port not known.
-    int feed(const WindowRecord &w, double share_ns, double port_bytes = 0);
+    /// `early_bytes` (<= w.bytes): bytes of the window that landed in an earlier window that
+    /// did not count ("Dated bytes"; see counted_since()); they are not counted.
+    int feed(const WindowRecord &w, double share_ns, double port_bytes = 0, uint64_t early_bytes = 0);
     int feed(const WindowRecord &w) { return feed(w, static_cast<double>(w.busy_ns)); }
     bool degraded() const { return degraded_; }
+    /// Start (CLOCK_MONOTONIC ns) of the first window of the busy period that counts, as of
+    /// the last window fed; UINT64_MAX while no window counts (idle, the first `settle`
+    /// windows of a busy period): bytes that landed before it count nowhere.
+    uint64_t counted_since() const { return counted_since_; }
     double baseline() const { return baseline_; }
     /// True once the warm-up is over: the baseline is judged against from now on.
     bool armed() const { return healthy_seen_ >= cfg_.warmup; }
@@ -211,6 +231,7 @@ private:
     int well_for_ = 0;     // loaded windows since the aggregate was first judged clearly
                            // healthy (0: it was last judged below that)
     int loaded_run_ = 0;   // loaded windows since the last one that was not
+    uint64_t counted_since_ = UINT64_MAX; // counted_since()
     bool degraded_ = false;
     uint64_t bytes_[kMaxK] = {}, busy_[kMaxK] = {}, wait_[kMaxK] = {}; // wait_[i] <= busy_[i]
     uint32_t ops_[kMaxK] = {}; // completions of a slot (saturating: a window holds thousands)
@@ -266,7 +287,11 @@ public:
     /// its busy time in all the windows before: spans that began after it did (the detector
     /// skips a busy period's first windows) read several times the port's rate, and the
     /// baseline learned them.
-    void on_progress(uint64_t now, uint64_t bytes);
+    /// `landed_at` (<= now; CLOCK_MONOTONIC ns): when they landed, as far as the fabric can
+    /// tell; bytes that landed in a window that did not count are not judged
+    /// (DegradeDetector, "Dated bytes"), though the window still reports them.
+    void on_progress(uint64_t now, uint64_t bytes, uint64_t landed_at);
+    void on_progress(uint64_t now, uint64_t bytes) { on_progress(now, bytes, now); }
     /// `n` operations in flight were abandoned on this path (failover away) without
     /// completing here.
     void on_abandon(uint64_t now, uint64_t n, uint64_t bytes);
@@ -317,6 +342,10 @@ private:
     /// there: `leave`; no port clock: the real time since `from`).
     void share_until(uint64_t now, uint64_t from, bool leave);
     uint64_t wait_ns_ = 0;          // wait time reported in this window
+    uint64_t early_bytes_ = 0;      // bytes of this window that landed in one that did not count
+    /// Counts `bytes` that landed at `landed_at` as early when that was in a closed window
+    /// that did not count.
+    void date(uint64_t landed_at, uint64_t bytes);
     void account(uint64_t now);     // adds inflight_bytes_ x (now - last_change_)
     WindowRecord cur_{};
     LatencyHistogram hist_;

@@ -533,3 +533,42 @@ TEST_CASE("meter: bytes reported landed count in the window they landed, not whe
     // 3000 for half of it, 2000 for the other half).
     CHECK(s.windows[0].avg_queued_bytes == 2500);
 }
+
+TEST_CASE("meter: bytes whose news arrives late count in the window they landed, and not at all "
+          "when that window did not count",
+          "[telemetry]")
+{
+    // A path at 100 kB per window (100 MB/s) is busy for windows 0 to 9 with 1 MB. The
+    // landings of windows 0 to 5 are reported in one lump in window 8 (a receiver's reports
+    // held up), those of windows 6 to 9 as they land. The detector skips the first
+    // `settle` = 8 windows of a busy period and judges the last k = 2: windows 8 and 9, which
+    // moved 200 kB. Undated, the lump counted there too and the span read 4 times the path's
+    // rate; the baseline learns such spans.
+    DetectorConfig det;
+    det.k = 2;
+    det.settle = 8;
+    det.warmup = 1;
+    det.min_learn_ops = 1;
+    auto run = [&](bool dated) {
+        RecordingSink s;
+        PathMeter m(kW, &s, det);
+        m.on_post(kT, 1'000'000);
+        auto land = [&](uint64_t at_window, uint64_t in_window, uint64_t bytes) {
+            const uint64_t now = kT + at_window * kW + 900'000;
+            const uint64_t landed_at = kT + in_window * kW + 500'000;
+            if (dated) m.on_progress(now, bytes, landed_at);
+            else m.on_progress(now, bytes);
+        };
+        for (uint64_t w = 6; w < 10; ++w) {
+            if (w == 8)
+                for (uint64_t early = 0; early < 6; ++early) land(8, early, 100'000); // the lump
+            land(w, w, 100'000);
+        }
+        m.on_complete(kT + 10 * kW - 1, kT, 0);
+        m.advance(kT + 11 * kW);
+        REQUIRE(s.windows.size() == 10);
+        return s.windows.back().judged_bps;
+    };
+    CHECK(run(true) == Approx(100e6).epsilon(0.01));
+    CHECK(run(false) == Approx(400e6).epsilon(0.01)); // what dating takes out
+}
