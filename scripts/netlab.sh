@@ -38,6 +38,12 @@ With --routed the switch also routes between the ports' subnets (a spine): bridg
 10.77.<j>.254, and every host reaches subnet k from each of its ports through that port's
 gateway, so port i of one host reaches port j != i of another (cross-rail traffic).
 
+The hosts' TCP congestion control is $NETLAB_TCP_CC (default cubic, the distributions'
+default; "host" keeps this machine's), so what the lab measures does not depend on this
+machine's sysctl: with BBR, which paces every socket from kernel timers, a saturated 2-core
+host holds a socket's bytes unsent for tens of ms. An algorithm the namespaces may not use
+is added to net.ipv4.tcp_allowed_congestion_control (once, logged).
+
 The lab is taken from --lab NAME or $NETLAB (up/run make a fresh unique name
 unless --lab is given). Hosts 2..16 (default 2), ports 1..8 (default 2).
 Everything but addr, list and help needs root. State: /run/vigil-netlab/NAME.env
@@ -99,6 +105,25 @@ ns_sysctl() {
         echo "${kv#*=}" > "$f" || exit 1; done' sh "$@"
 }
 
+# lab_tcp_cc: the congestion control the lab's hosts use ($NETLAB_TCP_CC, default cubic;
+# "host": empty, the namespaces keep what they inherit). A namespace may only select one the
+# root namespace allows: it is allowed here if it is not yet (root), and loaded if need be.
+lab_tcp_cc() {
+    local cc=${NETLAB_TCP_CC:-cubic} allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+    [[ $cc == host ]] && return 0
+    [[ $cc =~ ^[a-z0-9_]{1,15}$ ]] || die 2 "bad NETLAB_TCP_CC '$cc' (a congestion control name, or host)"
+    if ! grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control; then
+        modprobe "tcp_$cc" 2>/dev/null || true
+        grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control ||
+            die 1 "TCP congestion control '$cc' is not available here (NETLAB_TCP_CC=host keeps the machine's)"
+    fi
+    if ! grep -qw -- "$cc" "$allowed"; then
+        log "allowing TCP congestion control $cc in network namespaces (net.ipv4.tcp_allowed_congestion_control)"
+        echo "$(cat "$allowed") $cc" >"$allowed" || die 1 "cannot allow TCP congestion control $cc"
+    fi
+    echo "$cc"
+}
+
 # wait_up NS DEV: wait (<= 2 s) until DEV in NS is operationally UP.
 wait_up() {
     local i
@@ -121,8 +146,9 @@ new_name() {
 
 # create_lab LAB HOSTS PORTS [ROUTED]; the caller must have installed the EXIT trap.
 create_lab() {
-    local lab=$1 hosts=$2 ports=$3 routed=${4:-0} i j k ns sw=$1-sw
+    local lab=$1 hosts=$2 ports=$3 routed=${4:-0} i j k ns sw=$1-sw cc
     mkdir -p "$STATE_DIR"
+    cc=$(lab_tcp_cc)
     [[ -z $(lab_namespaces "$lab") ]] || die 2 "lab '$lab' already exists (namespaces present)"
     # Claim the name atomically (O_EXCL) so two creators of the same name cannot collide.
     (set -C; : >"$STATE_DIR/$lab.env") 2>/dev/null || die 2 "lab '$lab' already exists ($STATE_DIR/$lab.env)"
@@ -140,6 +166,8 @@ create_lab() {
         ns_sysctl "$ns" net/ipv4/conf/all/rp_filter=0 net/ipv4/conf/default/rp_filter=0 \
             net/ipv6/conf/all/accept_dad=0 net/ipv6/conf/default/accept_dad=0 \
             net/ipv6/conf/default/dad_transmits=0
+        [[ -z $cc ]] || ns_sysctl "$ns" "net/ipv4/tcp_congestion_control=$cc" ||
+            die 1 "cannot select TCP congestion control $cc in $ns"
         ip -n "$ns" link set lo up
         for ((j = 0; j < ports; j++)); do
             # Both ends are created directly in their namespaces: the root namespace never sees them.
@@ -259,6 +287,10 @@ self_test() {
         done
     done
     check "addr 2 1" [ "$("${nl[@]}" addr 2 1)" = 10.77.1.3 ]
+    if [[ ${NETLAB_TCP_CC:-cubic} != host ]]; then
+        check "hosts use TCP congestion control ${NETLAB_TCP_CC:-cubic}" \
+            [ "$(ip netns exec "$LAB-h1" cat /proc/sys/net/ipv4/tcp_congestion_control)" = "${NETLAB_TCP_CC:-cubic}" ]
+    fi
     out=$("${nl[@]}" exec 2 -- sh -c 'ip -4 -o addr show dev eth1; exit 7') && rc=0 || rc=$?
     check "exec runs inside host 2" grep -q ' 10.77.1.3/24 ' <<<"$out"
     check "exec passes the exit status through" [ "$rc" = 7 ]
