@@ -42,7 +42,8 @@ The hosts' TCP congestion control is $NETLAB_TCP_CC (default cubic, the distribu
 default; "host" keeps this machine's), so what the lab measures does not depend on this
 machine's sysctl: with BBR, which paces every socket from kernel timers, a saturated 2-core
 host holds a socket's bytes unsent for tens of ms. An algorithm the namespaces may not use
-is added to net.ipv4.tcp_allowed_congestion_control (once, logged).
+is added to net.ipv4.tcp_allowed_congestion_control (once, logged); when the default cannot
+be had, the hosts keep the machine's (logged).
 
 The lab is taken from --lab NAME or $NETLAB (up/run make a fresh unique name
 unless --lab is given). Hosts 2..16 (default 2), ports 1..8 (default 2).
@@ -108,18 +109,24 @@ ns_sysctl() {
 # lab_tcp_cc: the congestion control the lab's hosts use ($NETLAB_TCP_CC, default cubic;
 # "host": empty, the namespaces keep what they inherit). A namespace may only select one the
 # root namespace allows: it is allowed here if it is not yet (root), and loaded if need be.
+# The default falls back to the machine's with a note when it cannot be had; a choice
+# given in NETLAB_TCP_CC fails instead.
 lab_tcp_cc() {
-    local cc=${NETLAB_TCP_CC:-cubic} allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+    local cc=${NETLAB_TCP_CC:-cubic} allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control why=""
     [[ $cc == host ]] && return 0
     [[ $cc =~ ^[a-z0-9_]{1,15}$ ]] || die 2 "bad NETLAB_TCP_CC '$cc' (a congestion control name, or host)"
     if ! grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control; then
         modprobe "tcp_$cc" 2>/dev/null || true
-        grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control ||
-            die 1 "TCP congestion control '$cc' is not available here (NETLAB_TCP_CC=host keeps the machine's)"
+        grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control || why="is not available here"
     fi
-    if ! grep -qw -- "$cc" "$allowed"; then
+    if [[ -z $why ]] && ! grep -qw -- "$cc" "$allowed"; then
         log "allowing TCP congestion control $cc in network namespaces (net.ipv4.tcp_allowed_congestion_control)"
-        echo "$(cat "$allowed") $cc" >"$allowed" || die 1 "cannot allow TCP congestion control $cc"
+        { echo "$(cat "$allowed") $cc" >"$allowed"; } 2>/dev/null || why="cannot be allowed in network namespaces"
+    fi
+    if [[ -n $why ]]; then
+        [[ -z ${NETLAB_TCP_CC:-} ]] || die 1 "TCP congestion control '$cc' $why (NETLAB_TCP_CC=host keeps the machine's)"
+        log "TCP congestion control $cc $why: the hosts keep the machine's, $(cat /proc/sys/net/ipv4/tcp_congestion_control)"
+        return 0
     fi
     echo "$cc"
 }
@@ -287,7 +294,7 @@ self_test() {
         done
     done
     check "addr 2 1" [ "$("${nl[@]}" addr 2 1)" = 10.77.1.3 ]
-    if [[ ${NETLAB_TCP_CC:-cubic} != host ]]; then
+    if [[ ${NETLAB_TCP_CC:-cubic} != host ]] && grep -qw -- "${NETLAB_TCP_CC:-cubic}" /proc/sys/net/ipv4/tcp_allowed_congestion_control; then
         check "hosts use TCP congestion control ${NETLAB_TCP_CC:-cubic}" \
             [ "$(ip netns exec "$LAB-h1" cat /proc/sys/net/ipv4/tcp_congestion_control)" = "${NETLAB_TCP_CC:-cubic}" ]
     fi
