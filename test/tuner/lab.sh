@@ -61,12 +61,14 @@ settle=${TUNER_LAB_SETTLE:-100}
 (
     stop() { kill -USR1 "$(netbench_pids "unix:$TMP/rdv.1.sock" | head -1)" 2>/dev/null || true; exit 0; }
     running() { [[ -n $(netbench_pids "unix:$TMP/rdv.1.sock") ]]; }
+    seen=0
     for _ in $(seq 750); do # 150 s
         if all_judging; then
             "$NETLAB_SH" degrade 2 0 200mbit
             last_iter >"$TMP/degraded.at"
             break
         fi
+        if running; then seen=1; elif ((seen)); then exit 0; fi # the ranks came and went
         sleep 0.2
     done
     [[ -s $TMP/degraded.at ]] || stop
