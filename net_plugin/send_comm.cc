@@ -135,10 +135,11 @@ void SendComm::share_landed_locked(SendMsg &m, int slot, uint64_t landed, uint64
     landed = std::min(landed, sh.bytes - sh.landed);
     sh.landed += landed;
     late = std::min(late, since(now, sh.posted_ns));
-    striper_.on_landed(slot, landed, now - late);
+    const uint64_t landed_at = now - late; // no earlier than the share's post
+    striper_.on_landed(slot, landed, landed_at);
     PathTelemetry *tm = paths_[slot].tm.get();
     // What landed counts in the meter's window now, not all at the share's end.
-    if (tm != nullptr && landed > 0) tm->meter.on_progress(now, landed, now - late);
+    if (tm != nullptr && landed > 0) tm->meter.on_progress(now, landed, landed_at);
     if (sh.landed < sh.bytes) return;
     if (tm != nullptr) {
         tm->meter.on_complete(now, sh.posted_ns, 0);

@@ -6,6 +6,7 @@ set -euo pipefail
 readonly STATE_DIR=/run/vigil-netlab
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 LAB="" HOSTS="" PORTS=""
+TCP_CC=""   # congestion control create_lab selected in the hosts ("": the machine's)
 TEARDOWN="" # lab destroyed by the EXIT trap (partial creation, run, self-test)
 CREATING=0  # 1 while create_lab is half-way
 CHILD=""    # pid of the command started by `run`
@@ -112,20 +113,21 @@ ns_sysctl() {
 # The default falls back to the machine's with a note when it cannot be had; a choice
 # given in NETLAB_TCP_CC fails instead.
 lab_tcp_cc() {
-    local cc=${NETLAB_TCP_CC:-cubic} allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control why=""
+    local cc=${NETLAB_TCP_CC:-cubic} sys=/proc/sys/net/ipv4 why=""
     [[ $cc == host ]] && return 0
     [[ $cc =~ ^[a-z0-9_]{1,15}$ ]] || die 2 "bad NETLAB_TCP_CC '$cc' (a congestion control name, or host)"
-    if ! grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control; then
+    if ! grep -qw -- "$cc" "$sys/tcp_available_congestion_control"; then
         modprobe "tcp_$cc" 2>/dev/null || true
-        grep -qw -- "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control || why="is not available here"
+        grep -qw -- "$cc" "$sys/tcp_available_congestion_control" || why="is not available here"
     fi
-    if [[ -z $why ]] && ! grep -qw -- "$cc" "$allowed"; then
+    if [[ -z $why ]] && ! grep -qw -- "$cc" "$sys/tcp_allowed_congestion_control"; then
         log "allowing TCP congestion control $cc in network namespaces (net.ipv4.tcp_allowed_congestion_control)"
-        { echo "$(cat "$allowed") $cc" >"$allowed"; } 2>/dev/null || why="cannot be allowed in network namespaces"
+        { echo "$(cat "$sys/tcp_allowed_congestion_control") $cc" >"$sys/tcp_allowed_congestion_control"; } 2>/dev/null ||
+            why="cannot be allowed in network namespaces"
     fi
     if [[ -n $why ]]; then
         [[ -z ${NETLAB_TCP_CC:-} ]] || die 1 "TCP congestion control '$cc' $why (NETLAB_TCP_CC=host keeps the machine's)"
-        log "TCP congestion control $cc $why: the hosts keep the machine's, $(cat /proc/sys/net/ipv4/tcp_congestion_control)"
+        log "TCP congestion control $cc $why: the hosts keep the machine's, $(cat "$sys/tcp_congestion_control")"
         return 0
     fi
     echo "$cc"
@@ -204,7 +206,7 @@ create_lab() {
     fi
     printf 'LAB=%s HOSTS=%d PORTS=%d\n' "$lab" "$hosts" "$ports" >"$STATE_DIR/$lab.env.tmp"
     mv -f "$STATE_DIR/$lab.env.tmp" "$STATE_DIR/$lab.env"
-    LAB=$lab HOSTS=$hosts PORTS=$ports CREATING=0
+    LAB=$lab HOSTS=$hosts PORTS=$ports TCP_CC=$cc CREATING=0
 }
 
 load_lab() {
@@ -294,9 +296,9 @@ self_test() {
         done
     done
     check "addr 2 1" [ "$("${nl[@]}" addr 2 1)" = 10.77.1.3 ]
-    if [[ ${NETLAB_TCP_CC:-cubic} != host ]] && grep -qw -- "${NETLAB_TCP_CC:-cubic}" /proc/sys/net/ipv4/tcp_allowed_congestion_control; then
-        check "hosts use TCP congestion control ${NETLAB_TCP_CC:-cubic}" \
-            [ "$(ip netns exec "$LAB-h1" cat /proc/sys/net/ipv4/tcp_congestion_control)" = "${NETLAB_TCP_CC:-cubic}" ]
+    if [[ -n $TCP_CC ]]; then
+        check "hosts use TCP congestion control $TCP_CC" \
+            [ "$(ip netns exec "$LAB-h1" cat /proc/sys/net/ipv4/tcp_congestion_control)" = "$TCP_CC" ]
     fi
     out=$("${nl[@]}" exec 2 -- sh -c 'ip -4 -o addr show dev eth1; exit 7') && rc=0 || rc=$?
     check "exec runs inside host 2" grep -q ' 10.77.1.3/24 ' <<<"$out"

@@ -35,12 +35,14 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 
+# ring_pids: the ranks of this script's run_ranks (its first: rendezvous 1).
+ring_pids() { netbench_pids "unix:$TMP/rdv.1.sock"; }
 # all_judging: the four ranks of this script's first run_ranks are up, and each one's
 # detector judges its send primary path (lib.sh's judging): a port cut before that is
 # learned as the path's normal rate.
 all_judging() {
     local pids
-    mapfile -t pids < <(netbench_pids "unix:$TMP/rdv.1.sock")
+    mapfile -t pids < <(ring_pids)
     ((${#pids[@]} == 4)) && judging "${pids[@]}"
 }
 # changed_after ITER: rank 0 logged a view change at a block after ITER.
@@ -59,8 +61,8 @@ last_iter() { awk '$1 ~ /^[0-9]+$/ { i = $1 } END { print (i == "" ? -1 : i) }' 
 # and the controller gives up once the ranks are gone.
 settle=${TUNER_LAB_SETTLE:-100}
 (
-    stop() { kill -USR1 "$(netbench_pids "unix:$TMP/rdv.1.sock" | head -1)" 2>/dev/null || true; exit 0; }
-    running() { [[ -n $(netbench_pids "unix:$TMP/rdv.1.sock") ]]; }
+    stop() { kill -USR1 "$(ring_pids | head -1)" 2>/dev/null || true; exit 0; }
+    running() { [[ -n $(ring_pids) ]]; }
     seen=0
     for _ in $(seq 750); do # 150 s
         if all_judging; then
