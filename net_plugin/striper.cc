@@ -42,6 +42,16 @@ int PortCounters::carriers(int dev) const noexcept
     return dev >= 0 && dev < kDevs ? n_[static_cast<size_t>(dev)].load(std::memory_order_relaxed) : 0;
 }
 
+void PortCounters::lead(int dev, int delta) noexcept
+{
+    if (dev >= 0 && dev < kDevs) lead_[static_cast<size_t>(dev)].fetch_add(delta, std::memory_order_relaxed);
+}
+
+int PortCounters::leaders(int dev) const noexcept
+{
+    return dev >= 0 && dev < kDevs ? lead_[static_cast<size_t>(dev)].load(std::memory_order_relaxed) : 0;
+}
+
 PortAccount &PortAccount::process() noexcept
 {
     static PortCounters account;
@@ -56,6 +66,7 @@ Striper::Striper(uint64_t piece_bytes, PortAccount *ports) noexcept
 
 Striper::~Striper()
 {
+    lead_on(-1);
     for (size_t i = 0; i < paths_.size(); ++i)
         if (paths_[i].carrying) set_carrying(static_cast<int>(i), paths_[i].dev, false, 0);
 }
@@ -70,10 +81,44 @@ void Striper::set_carrying(int slot, int dev, bool carrying, uint64_t now) noexc
         p.last_post_ns = now; // its reprobe clock starts now
         if (dev >= 0) ports_->add(dev, +1);
     } else {
+        if (slot == lead_slot_) lead_on(-1);
+        if (wide_ == slot) wide_ = -1;
         if (p.dev >= 0) ports_->add(p.dev, -1);
         p.dev = -1;
         p.out = 0;
     }
+}
+
+void Striper::lead_on(int slot) noexcept
+{
+    const int dev = slot >= 0 ? paths_[static_cast<size_t>(slot)].dev : -1;
+    lead_slot_ = dev >= 0 ? slot : -1;
+    if (dev == lead_dev_) return;
+    if (lead_dev_ >= 0) ports_->lead(lead_dev_, -1);
+    if (dev >= 0) ports_->lead(dev, +1);
+    lead_dev_ = dev;
+}
+
+void Striper::judge_room(int prefer, const std::array<double, kMaxPaths> &r) noexcept
+{
+    wide_ = -1;
+    const auto pi = static_cast<size_t>(prefer);
+    const bool ok = prefer >= 0 && pi < paths_.size() && paths_[pi].carrying;
+    lead_on(ok ? prefer : -1);
+    if (!ok || paths_[pi].bytes_w <= 0) return;
+    double others = 0;   // the fastest other carrying path measured
+    bool measured = false;
+    for (size_t i = 0; i < paths_.size(); ++i) {
+        if (i == pi || !paths_[i].carrying) continue;
+        // A port with time to spare (no other connection leads on it, or it is the preferred
+        // path's own): spilling there costs nothing, and the room stays as it is.
+        if (paths_[i].dev == paths_[pi].dev || ports_->leaders(paths_[i].dev) <= 0) return;
+        if (paths_[i].bytes_w > 0) {
+            measured = true;
+            others = std::max(others, r[i]);
+        }
+    }
+    if (measured && r[pi] >= kSlowRatio * others) wide_ = prefer;
 }
 
 void Striper::account(PathState &p, uint64_t now) noexcept
@@ -163,8 +208,9 @@ uint64_t Striper::room_limit(int slot) const noexcept
     // The port's bound of about four pieces, divided among the striped paths carrying on it
     // (two pieces each up to two paths, never below half a piece).
     const int n = p.dev >= 0 ? ports_->carriers(p.dev) : 0;
-    if (n <= 2) return 2 * piece_;
-    return std::max<uint64_t>(piece_ / 2, 4 * piece_ / static_cast<uint64_t>(n));
+    const uint64_t x = slot == wide_ ? 4 : 1;
+    if (n <= 2) return x * 2 * piece_;
+    return x * std::max<uint64_t>(piece_ / 2, 4 * piece_ / static_cast<uint64_t>(n));
 }
 
 Striper::Pick Striper::next(uint64_t msg_left, uint64_t remaining,
@@ -211,6 +257,7 @@ Striper::Pick Striper::next(uint64_t msg_left, uint64_t remaining,
             if (k + 1 == n || t_all <= drain[by_drain[k + 1]]) break;
         }
     }
+    judge_room(prefer, r);
     const size_t best = order[0]; // finishes a whole piece first
     double fastest = 0;
     for (size_t k = 0; k < n; ++k) fastest = std::max(fastest, r[order[k]]);

@@ -24,6 +24,12 @@ public:
     virtual void add(int dev, int delta) noexcept = 0;
     /// Paths carrying on `dev` now (0 for a device the account does not track).
     virtual int carriers(int dev) const noexcept = 0;
+    /// A connection's preferred path (the one it keeps to while it is as fast as any, NCCL's
+    /// channel-to-NIC choice) is now on `dev` (`delta` +1) or no longer (-1). Devices the
+    /// account does not track are ignored.
+    virtual void lead(int dev, int delta) noexcept = 0;
+    /// Connections whose preferred path is on `dev` now (0 for a device not tracked).
+    virtual int leaders(int dev) const noexcept = 0;
     /// The account of this process, shared by every connection of the net plugin.
     static PortAccount &process() noexcept;
 };
@@ -35,9 +41,12 @@ public:
     static constexpr int kDevs = 64;
     void add(int dev, int delta) noexcept override;
     int carriers(int dev) const noexcept override;
+    void lead(int dev, int delta) noexcept override;
+    int leaders(int dev) const noexcept override;
 
 private:
     std::array<std::atomic<int>, kDevs> n_{};
+    std::array<std::atomic<int>, kDevs> lead_{};
 };
 
 /* The striping policy.
@@ -89,6 +98,17 @@ private:
  * bound of four pieces divided over the connections carrying on it (two pieces each up to
  * two paths, 4 x piece / n beyond, never below half a piece), so a slow port holds about as
  * much whatever the number of connections (NCCL's channels) striping over it.
+ *
+ * Wide room. The preferred path holds four times that while it is as fast as every other
+ * carrying path that has been measured, and every other one is on a port where another
+ * connection of the process keeps its own preferred path (PortAccount::leaders). Such a port
+ * has no time to spare: a piece spilled there when the preferred path's room filled landed
+ * behind that connection's traffic, and a ring step ended with it. In a healthy 4-rank ring
+ * of two channels (each port one channel's primary and the other's backup), spilling cost
+ * 11 to 26 % of the bus bandwidth against VIGIL_MULTIPATH=0 (docs/benchmarks.md, "Multipath
+ * in a healthy ring"). A preferred path that slows below kSlowRatio of another is held to
+ * the plain room again, and the pieces go where they finish first; with another port free
+ * of other connections (one connection alone striping two ports), nothing changes.
  *
  * Not thread-safe: used under its comm's lock. Memory: a few words per path; no allocation.
  */
@@ -163,6 +183,14 @@ private:
     uint64_t align_;     // ... and pieces shorter than a message's rest end on this boundary
     PortAccount *ports_;
     std::array<PathState, kMaxPaths> paths_{};
+    int wide_ = -1;     // the preferred path while its room is wide ("Wide room"); -1: none
+    int lead_slot_ = -1; // the path whose device this connection leads on (-1: none) ...
+    int lead_dev_ = -1;  // ... and that device, as counted in the port account
+    /// Moves this connection's lead in the port account to path `slot`'s device (-1: none).
+    void lead_on(int slot) noexcept;
+    /// Sets wide_ for the preferred path `prefer` from the rates `r` ("Wide room"), and
+    /// moves the lead to it.
+    void judge_room(int prefer, const std::array<double, kMaxPaths> &r) noexcept;
 };
 
 } // namespace vigil::net

@@ -193,3 +193,28 @@ TEST_CASE("striper: the port's room is shared by the paths carrying on it", "[st
     CHECK(ports.carriers(0) == 3);
     CHECK(m.s.outstanding(kPrimary) == 0); // abandoned with it
 }
+
+TEST_CASE("striper: a healthy preferred path holds more where the other ports carry other "
+          "connections' own traffic",
+          "[striper]")
+{
+    vn::PortCounters ports;
+    ports.lead(1, +1); // another connection's preferred path is on device 1
+    Model m(100e6, 100e6, &ports);
+    CHECK(m.s.room_limit(kPrimary) == 2 * kPiece); // nothing measured yet
+    m.send(16 * kPiece);
+    // Both measured, the primary as fast as the backup, and the backup's port another
+    // connection's: the primary holds four times its room, so it does not spill there.
+    CHECK(ports.leaders(0) == 1);
+    CHECK(m.s.room_limit(kPrimary) == 8 * kPiece);
+    CHECK(m.s.room_limit(kBackup) == 2 * kPiece);
+    // A primary that slows is held to its room again, and the backup takes its share.
+    m.rate[kPrimary] = 25e6;
+    for (int k = 0; k < 4; ++k) m.send(16 * kPiece);
+    CHECK(m.s.room_limit(kPrimary) == 2 * kPiece);
+    // With the backup's port free of other connections, the room stays as it was.
+    ports.lead(1, -1);
+    Model alone(100e6, 100e6, &ports);
+    alone.send(16 * kPiece);
+    CHECK(alone.s.room_limit(kPrimary) == 2 * kPiece);
+}
