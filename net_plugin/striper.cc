@@ -52,6 +52,28 @@ int PortCounters::leaders(int dev) const noexcept
     return dev >= 0 && dev < kDevs ? lead_[static_cast<size_t>(dev)].load(std::memory_order_relaxed) : 0;
 }
 
+void PortCounters::spill(int dev, int delta) noexcept
+{
+    if (dev >= 0 && dev < kDevs) spill_[static_cast<size_t>(dev)].fetch_add(delta, std::memory_order_relaxed);
+}
+
+int PortCounters::spillers(int dev) const noexcept
+{
+    return dev >= 0 && dev < kDevs ? spill_[static_cast<size_t>(dev)].load(std::memory_order_relaxed) : 0;
+}
+
+void PortCounters::lead_rate(int dev, double bytes_per_s) noexcept
+{
+    if (dev >= 0 && dev < kDevs && bytes_per_s >= 0)
+        rate_[static_cast<size_t>(dev)].store(static_cast<uint64_t>(bytes_per_s), std::memory_order_relaxed);
+}
+
+double PortCounters::lead_rate(int dev) const noexcept
+{
+    return dev >= 0 && dev < kDevs ? static_cast<double>(rate_[static_cast<size_t>(dev)].load(std::memory_order_relaxed))
+                                   : 0;
+}
+
 PortAccount &PortAccount::process() noexcept
 {
     static PortCounters account;
@@ -83,16 +105,31 @@ void Striper::set_carrying(int slot, int dev, bool carrying, uint64_t now) noexc
     } else {
         if (slot == lead_slot_) lead_on(-1);
         if (wide_ == slot) wide_ = -1;
+        p.out = 0;
+        judge_spill(static_cast<size_t>(slot)); // leaves the spillers before dev is forgotten
         if (p.dev >= 0) ports_->add(p.dev, -1);
         p.dev = -1;
-        p.out = 0;
     }
+}
+
+void Striper::judge_spill(size_t i) noexcept
+{
+    PathState &p = paths_[i];
+    const bool spilling = p.carrying && p.dev >= 0 && static_cast<int>(i) != lead_slot_ && p.out >= piece_;
+    if (spilling == p.spilling) return;
+    p.spilling = spilling;
+    ports_->spill(p.dev, spilling ? +1 : -1);
 }
 
 void Striper::lead_on(int slot) noexcept
 {
     const int dev = slot >= 0 ? paths_[static_cast<size_t>(slot)].dev : -1;
+    const int was = lead_slot_;
     lead_slot_ = dev >= 0 ? slot : -1;
+    if (was != lead_slot_) {
+        if (was >= 0) judge_spill(static_cast<size_t>(was));
+        if (lead_slot_ >= 0) judge_spill(static_cast<size_t>(lead_slot_));
+    }
     if (dev == lead_dev_) return;
     if (lead_dev_ >= 0) ports_->lead(lead_dev_, -1);
     if (dev >= 0) ports_->lead(dev, +1);
@@ -106,7 +143,10 @@ void Striper::judge_room(int prefer, const std::array<double, kMaxPaths> &r) noe
     const bool ok = prefer >= 0 && pi < paths_.size() && paths_[pi].carrying;
     lead_on(ok ? prefer : -1);
     if (!ok || paths_[pi].bytes_w <= 0) return;
-    double others = 0;   // the fastest other carrying path measured
+    ports_->lead_rate(paths_[pi].dev, r[pi]);
+    // Another connection spills onto this port: its pieces here must not wait behind ours.
+    if (ports_->spillers(paths_[pi].dev) > 0) return;
+    double others = 0; // the fastest other carrying path measured, or leader on its port
     bool measured = false;
     for (size_t i = 0; i < paths_.size(); ++i) {
         if (i == pi || !paths_[i].carrying) continue;
@@ -115,7 +155,7 @@ void Striper::judge_room(int prefer, const std::array<double, kMaxPaths> &r) noe
         if (paths_[i].dev == paths_[pi].dev || ports_->leaders(paths_[i].dev) <= 0) return;
         if (paths_[i].bytes_w > 0) {
             measured = true;
-            others = std::max(others, r[i]);
+            others = std::max({others, r[i], ports_->lead_rate(paths_[i].dev)});
         }
     }
     if (measured && r[pi] >= kSlowRatio * others) wide_ = prefer;
@@ -138,6 +178,7 @@ void Striper::on_post(int slot, uint64_t bytes, uint64_t now) noexcept
     account(p, now);
     p.out += bytes;
     p.last_post_ns = now;
+    judge_spill(static_cast<size_t>(slot));
 }
 
 void Striper::on_landed(int slot, uint64_t bytes, uint64_t now) noexcept
@@ -157,18 +198,21 @@ void Striper::on_landed(int slot, uint64_t bytes, uint64_t now) noexcept
         } else {
             p.mark_ns = now;
             p.out -= std::min(p.out, bytes);
+            judge_spill(static_cast<size_t>(slot));
             return;
         }
     }
     account(p, now);
     p.bytes_w += static_cast<double>(bytes);
     p.out -= std::min(p.out, bytes);
+    judge_spill(static_cast<size_t>(slot));
 }
 
 void Striper::on_dropped(int slot, uint64_t bytes) noexcept
 {
     PathState &p = paths_[static_cast<size_t>(slot)];
     p.out -= std::min(p.out, bytes);
+    judge_spill(static_cast<size_t>(slot));
 }
 
 double Striper::rate(int slot, uint64_t now) const noexcept

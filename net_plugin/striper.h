@@ -30,6 +30,17 @@ public:
     virtual void lead(int dev, int delta) noexcept = 0;
     /// Connections whose preferred path is on `dev` now (0 for a device not tracked).
     virtual int leaders(int dev) const noexcept = 0;
+    /// A path on `dev` that is not its connection's preferred one starts (`delta` +1) or
+    /// stops (-1) holding a whole piece or more not yet landed: its connection spills onto
+    /// `dev` (Striper, "Wide room"). Devices the account does not track are ignored.
+    virtual void spill(int dev, int delta) noexcept = 0;
+    /// Paths spilling onto `dev` now (0 for a device not tracked).
+    virtual int spillers(int dev) const noexcept = 0;
+    /// A connection leading on `dev` measured its preferred path there at `bytes_per_s`.
+    /// Devices the account does not track are ignored.
+    virtual void lead_rate(int dev, double bytes_per_s) noexcept = 0;
+    /// The rate a leader on `dev` last measured, bytes/s (0: none yet, or not tracked).
+    virtual double lead_rate(int dev) const noexcept = 0;
     /// The account of this process, shared by every connection of the net plugin.
     static PortAccount &process() noexcept;
 };
@@ -43,10 +54,16 @@ public:
     int carriers(int dev) const noexcept override;
     void lead(int dev, int delta) noexcept override;
     int leaders(int dev) const noexcept override;
+    void spill(int dev, int delta) noexcept override;
+    int spillers(int dev) const noexcept override;
+    void lead_rate(int dev, double bytes_per_s) noexcept override;
+    double lead_rate(int dev) const noexcept override;
 
 private:
     std::array<std::atomic<int>, kDevs> n_{};
     std::array<std::atomic<int>, kDevs> lead_{};
+    std::array<std::atomic<int>, kDevs> spill_{};
+    std::array<std::atomic<uint64_t>, kDevs> rate_{}; // bytes/s
 };
 
 /* The striping policy.
@@ -100,15 +117,24 @@ private:
  * much whatever the number of connections (NCCL's channels) striping over it.
  *
  * Wide room. The preferred path holds four times that while it is as fast as every other
- * carrying path that has been measured, and every other one is on a port where another
- * connection of the process keeps its own preferred path (PortAccount::leaders). Such a port
+ * carrying path that has been measured and as the preferred paths other connections lead
+ * with on those ports (PortAccount::lead_rate), and every other one is on a port where
+ * another connection of the process keeps its own preferred path (PortAccount::leaders). Such a port
  * has no time to spare: a piece spilled there when the preferred path's room filled landed
  * behind that connection's traffic, and a ring step ended with it. In a healthy 4-rank ring
  * of two channels (each port one channel's primary and the other's backup), spilling cost
  * 11 to 26 % of the bus bandwidth against VIGIL_MULTIPATH=0 (docs/benchmarks.md, "Multipath
  * in a healthy ring"). A preferred path that slows below kSlowRatio of another is held to
  * the plain room again, and the pieces go where they finish first; with another port free
- * of other connections (one connection alone striping two ports), nothing changes.
+ * of other connections (one connection alone striping two ports), nothing changes. Nor is
+ * the room wide while another connection spills onto the preferred path's port (one of its
+ * other paths there holds a whole piece or more not yet landed, PortAccount::spillers):
+ * that connection's own port is slow, its pieces here are what keeps its ring step short,
+ * and four pieces of ours ahead of each of them starved it (a 4-rank ring with one port cut
+ * to 25 %: the cut connection's other path went unused for seconds at a time). The
+ * leaders' rates are the gate's other half: a connection's own other path, fed only what
+ * overflows, measures the queue ahead of it as much as the port, and a preferred path on a
+ * port cut to a quarter kept its wide room against it and left that path unused.
  *
  * Not thread-safe: used under its comm's lock. Memory: a few words per path; no allocation.
  */
@@ -172,6 +198,7 @@ private:
         double busy_w = 0;    // ... over busy ns
         uint64_t last_post_ns = 0;
         bool reprobing = false; // its next landing is a reprobe piece's (on_landed)
+        bool spilling = false;  // counted in the port account's spillers of dev
     };
     /// Adds the busy time up to `now` to path `p`'s sums (decaying them).
     static void account(PathState &p, uint64_t now) noexcept;
@@ -188,6 +215,9 @@ private:
     int lead_dev_ = -1;  // ... and that device, as counted in the port account
     /// Moves this connection's lead in the port account to path `slot`'s device (-1: none).
     void lead_on(int slot) noexcept;
+    /// Brings path `i`'s entry among the port account's spillers up to date: counted while
+    /// it carries, is not the lead path and holds a whole piece or more.
+    void judge_spill(size_t i) noexcept;
     /// Sets wide_ for the preferred path `prefer` from the rates `r` ("Wide room"), and
     /// moves the lead to it.
     void judge_room(int prefer, const std::array<double, kMaxPaths> &r) noexcept;

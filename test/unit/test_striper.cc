@@ -218,3 +218,60 @@ TEST_CASE("striper: a healthy preferred path holds more where the other ports ca
     alone.send(16 * kPiece);
     CHECK(alone.s.room_limit(kPrimary) == 2 * kPiece);
 }
+
+TEST_CASE("striper: the room is not wide while another connection spills onto the port, nor "
+          "against a faster leader on the other port",
+          "[striper]")
+{
+    vn::PortCounters ports;
+    ports.lead(1, +1); // another connection's preferred path is on device 1
+    Model m(100e6, 100e6, &ports);
+    m.send(16 * kPiece);
+    REQUIRE(m.s.room_limit(kPrimary) == 8 * kPiece);
+    CHECK(ports.lead_rate(0) > 50e6); // the primary's rate, published for the port
+    // Another connection's other path holds a whole piece on device 0: room as it was.
+    ports.spill(0, +1);
+    m.send(16 * kPiece);
+    CHECK(m.s.room_limit(kPrimary) == 2 * kPiece);
+    ports.spill(0, -1);
+    m.send(16 * kPiece);
+    CHECK(m.s.room_limit(kPrimary) == 8 * kPiece);
+    // The leader on device 1 moves four times what the primary does: the backup, fed only
+    // what overflows, says little of that port, and the room is not wide.
+    ports.lead_rate(1, 400e6);
+    m.send(16 * kPiece);
+    CHECK(m.s.room_limit(kPrimary) == 2 * kPiece);
+}
+
+TEST_CASE("striper: a connection spills onto a port while a path other than its preferred one "
+          "holds a whole piece there",
+          "[striper]")
+{
+    vn::PortCounters ports;
+    {
+        Model m(25e6, 100e6, &ports); // the preferred path is the slow one
+        uint64_t remaining = 64 * kPiece;
+        const uint64_t left = m.post(64 * kPiece, &remaining);
+        REQUIRE(left > 0);
+        REQUIRE(m.s.outstanding(kBackup) >= kPiece);
+        CHECK(ports.spillers(1) == 1);
+        CHECK(ports.spillers(0) == 0); // the preferred path's own port is not spilled onto
+        CHECK(ports.leaders(0) == 1);
+        while (!m.idle()) m.tick(10 * kUs);
+        CHECK(ports.spillers(1) == 0); // landed
+        m.post(left, &remaining);
+        REQUIRE(m.s.outstanding(kBackup) >= kPiece);
+        CHECK(ports.spillers(1) == 1);
+        m.s.set_carrying(kBackup, 1, false, m.now); // abandoned: no longer spilling
+        CHECK(ports.spillers(1) == 0);
+        m.post(left, &remaining);
+        m.s.set_carrying(kBackup, 1, true, m.now);
+        m.s.on_post(kBackup, kPiece, m.now);
+        CHECK(ports.spillers(1) == 1);
+    }
+    // The Striper is gone: it leaves the account as it found it.
+    CHECK(ports.spillers(1) == 0);
+    CHECK(ports.leaders(0) == 0);
+    CHECK(ports.carriers(0) == 0);
+    CHECK(ports.carriers(1) == 0);
+}
