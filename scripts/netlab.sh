@@ -226,16 +226,30 @@ load_lab() {
 # host_port HOST PORT: validate against the loaded lab.
 host_port() { int_in host "$1" 0 $((HOSTS - 1)); int_in port "$2" 0 $((PORTS - 1)); }
 
-# tbf burst for RATE (tc syntax): 10 ms worth of traffic, at least 16 KiB.
+# tbf burst for RATE (tc syntax): 10 ms worth of traffic, and at least FLOOR bytes (16 KiB when
+# not given). degrade passes 3/2 of the port's largest GSO packet as FLOOR: tbf segments a GSO
+# packet bigger than its bucket when it is queued, but a packet queued under a faster rate's
+# bigger bucket stays whole, and once the rate is lowered below it that packet never gathers
+# the tokens it needs (net/sched/sch_tbf.c, tbf_dequeue): the port stops sending for good.
+# Measured here: iperf3 at 100mbit, lowered mid-flow to 25mbit (10 ms = 31,250 bytes) with 8
+# packets of 68,130 bytes queued, sent nothing more for 6 s, by `replace` or `change` alike.
 tbf_burst() {
-    local r=${1,,} n mult=1 bytes
+    local r=${1,,} floor=${2:-16384} n mult=1 bytes
     [[ $r =~ ^([0-9]{1,9})([kmgt]?)(bit|bps)?$ ]] || return 1
     n=${BASH_REMATCH[1]}
     case ${BASH_REMATCH[2]} in k) mult=1000 ;; m) mult=1000000 ;; g) mult=1000000000 ;; t) mult=1000000000000 ;; esac
     bytes=$((10#$n * mult))                                    # per second
     [[ ${BASH_REMATCH[3]} == bps ]] || bytes=$((bytes / 8))    # bare number or *bit: bits/s
     ((bytes > 0)) || return 1
-    echo $((bytes / 100 > 16384 ? bytes / 100 : 16384))
+    echo $((bytes / 100 > floor ? bytes / 100 : floor))
+}
+
+# gso_max NS DEV: the largest GSO packet DEV in namespace NS hands its qdisc, in bytes (64 KiB
+# when ip does not say).
+gso_max() {
+    local g
+    g=$(ip -n "$1" -d -j link show dev "$2" 2>/dev/null | grep -o '"gso_max_size":[0-9]*' | head -1)
+    echo "${g#*:}" | grep -qE '^[0-9]+$' && echo "${g#*:}" || echo 65536
 }
 
 on_exit() {
@@ -312,6 +326,11 @@ self_test() {
     qd=$(tc -n "$LAB-h1" qdisc show dev eth1; tc -n "$LAB-sw" qdisc show dev h1p1)
     check "degrade installs tbf on both ends" [ "$(grep -c '^qdisc tbf ' <<<"$qd")" = 2 ]
     check "h0 -> 10.77.1.2 while degraded" reach "$LAB-h0" 10.77.1.2
+    "${nl[@]}" degrade 1 1 10mbit
+    local burst
+    burst=$(tc -n "$LAB-h1" -j qdisc show dev eth1 | grep -o '"burst":[0-9]*' | head -1)
+    check "a slow port's bucket holds the largest GSO packet (${burst#*:} bytes)" \
+        [ "${burst#*:}" -ge "$(gso_max "$LAB-h1" eth1)" ]
     "${nl[@]}" undegrade 1 1
     qd=$(tc -n "$LAB-h1" qdisc show dev eth1; tc -n "$LAB-sw" qdisc show dev h1p1)
     check "undegrade removes tbf" not grep -q '^qdisc tbf ' <<<"$qd"
@@ -404,8 +423,9 @@ main() {
         ;;
     degrade)
         need_root; nargs 3; load_lab; host_port "${pos[0]}" "${pos[1]}"
-        local h=$((10#${pos[0]})) p=$((10#${pos[1]})) rate=${pos[2]} burst
-        burst=$(tbf_burst "$rate") || die 2 "bad rate '$rate' (e.g. 100mbit, 1gbit, 500kbit, 10mbps)"
+        local h=$((10#${pos[0]})) p=$((10#${pos[1]})) rate=${pos[2]} burst gso
+        gso=$(gso_max "$LAB-h$h" "eth$p")
+        burst=$(tbf_burst "$rate" $((gso * 3 / 2))) || die 2 "bad rate '$rate' (e.g. 100mbit, 1gbit, 500kbit, 10mbps)"
         tc -n "$LAB-h$h" qdisc replace dev "eth$p" root tbf rate "$rate" burst "$burst" latency 50ms
         tc -n "$LAB-sw" qdisc replace dev "h${h}p$p" root tbf rate "$rate" burst "$burst" latency 50ms
         ;;
