@@ -47,8 +47,11 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+# ON_FAIL: a command fail() runs first (a case's own diagnosis: what the registry says).
+ON_FAIL=
 fail() {
     echo "FAIL: $*" >&2
+    [[ -n $ON_FAIL ]] && $ON_FAIL
     local f
     for f in "$TMP"/run*; do [[ -f $f ]] && { echo "--- $f" >&2; tail -n 25 "$f" >&2; }; done
     exit 1
@@ -267,8 +270,13 @@ for line in sys.stdin:
 striped)
     : "${VIGIL_BIN:?}"
     # Deep tbf queues that never drop (see degraded) and a QP timeout (8.6 s per try) longer
-    # than what two pieces in flight wait in the slow port's queue.
-    export VIGIL_IB_TIMEOUT=21
+    # than what two pieces in flight wait in the slow port's queue. The stall timeout too:
+    # a path's acknowledgements and heartbeats queue behind the peer's data in the other
+    # direction, up to 8 slices of 512 KiB (4.2 s at 8 Mbit/s) once the peer carries all on
+    # one port. With the default 2 s, a backup heard nothing while both ranks drained it for
+    # the failback, and a stall failover took the traffic to the rebuilt primary first (seen
+    # after the suite's earlier cases, under ASan).
+    export VIGIL_IB_TIMEOUT=21 VIGIL_STALL_TIMEOUT_MS=15000
     for p in a0 a1 b0 b1; do "$TOPO" shape "$p" 8mbit 10s; done
     "$TOPO" shape a0 2mbit 10s
     # Slices of 512 KiB, eight in flight, as NCCL pipelines its steps: a lone message that
@@ -297,6 +305,9 @@ for line in sys.stdin:
     if r["type"] in ("port", "path") and r["pid"] in pids:
         print(json.dumps({k: v for k, v in r.items() if not isinstance(v, (list, dict))}))' "${PIDS[@]}" >&2 || true
     }
+    # A wait that fails shows what each path did over 2 s: still moving bytes, or stuck.
+    ports_twice() { ports; sleep 2; echo "2 s later:" >&2; ports; }
+    ON_FAIL=ports_twice
     # Judged over a span of at least 4 s, sampled every second for up to 25 s: a lone
     # retransmission (8.6 s at this QP timeout) or a stalled guest must not decide the case,
     # what the paths carry over a span in which the connection moves does.
@@ -325,7 +336,6 @@ for line in sys.stdin:
         for ((i = 0; i <= n; i++)); do
             echo "sample $i: +$(((ts[i] - ts[0]) / 1000000)) ms primary ${ps[i]} backup ${bs[i]}" >&2
         done
-        ports
         fail "in 25 s, no span of 4 s in which both paths carried and rank 0 sent at more than 3 Mbit/s"
     fi
     shares=$(count "carries pieces beside" 0)
