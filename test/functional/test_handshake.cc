@@ -11,7 +11,6 @@
 //
 // The listener's side is tested here, the connector's and the data path's in
 // test_handshake_connect.cc; the helpers both use are in handshake_support.h.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <array>

@@ -14,7 +14,6 @@
 //     it runs as two ranks in two hosts of the routed namespace lab, PEER_RANK 0 or 1 meeting
 //     at PEER_RDV; the loopback run excludes it).
 // PEER_PLUGIN names the library. Every payload is checked byte by byte.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <algorithm>

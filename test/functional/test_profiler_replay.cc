@@ -30,7 +30,6 @@
 // Environment: PROFILER_REPLAY_SO (libnccl-profiler-vigil.so), PROFILER_REPLAY_NET_SO
 // (libnccl-net-vigil.so, which exports the same tables); PROFILER_REPLAY_KEEP=1 keeps the
 // scenario directories; PROFILER_REPLAY_VERBOSE=1 echoes the plugin's WARNs.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -42,6 +41,7 @@
 #include <system_error>
 #include <vector>
 
+#include "catch_session.h"
 #include "replay_support.h"
 
 using namespace replay;
@@ -416,7 +416,7 @@ int main(int argc, char *argv[])
         return 2;
     }
     g_base = buf.data();
-    const int rc = Catch::Session().run(argc, argv);
+    const int rc = vigil::test::run_catch(argc, argv);
     if (rc == 0 && std::getenv("PROFILER_REPLAY_KEEP") == nullptr) {
         std::error_code ec;
         fs::remove_all(g_base, ec);

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Catch2 main of vigil-tuner-agree: exits 77 (skipped) when the tests asked for need a
 // redis-server and none is installed.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 
 #include "agree_lib.h"
+#include "catch_session.h"
 
 int main(int argc, char **argv)
 {
@@ -15,5 +14,5 @@ int main(int argc, char **argv)
             std::fprintf(stderr, "redis-server is not installed (scripts/setup.sh installs it): skipped\n");
             return 77;
         }
-    return Catch::Session().run(argc, argv);
+    return vigil::test::run_catch(argc, argv);
 }

@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The main of vigil-verbs-lab: runs only in the RDMA lab (scripts/rxe/run-suite.sh boots it)
 // or on a host with the same four rxe ports; anywhere else it exits 77 (skipped), saying why.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
 
+#include "catch_session.h"
 #include "device.h"
 
 int main(int argc, char **argv)
@@ -27,5 +26,5 @@ int main(int argc, char **argv)
         if (list.find(dev) == nullptr)
             return skip(
                 "the lab's rxe devices are not here (run it with scripts/rxe/run-suite.sh)");
-    return Catch::Session().run(argc, argv);
+    return vigil::test::run_catch(argc, argv);
 }

@@ -1,4 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-// The one Catch2 main of vigil-unit.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
