@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Sanitizer runs. build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer, debugoptimized)
+# Sanitizer runs. build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer, -O1)
 # runs the unit and functional suites; build-tsan/ (ThreadSanitizer) runs the unit suite's
 # Catch2 programs (vigil-unit, vigil-tuner-unit, vigil-verbs-unit), where the threads are.
 # Every program the tests run is built in the tree with the same sanitizer (the drivers that
@@ -19,8 +19,12 @@ JOBS=${JOBS:-$(nproc)}
 phases=("$@")
 ((${#phases[@]})) || phases=(asan tsan)
 
-# -g1: line tables for the reports' stack traces, without the full debug info that costs a
-# fifth of the compile time here.
+# -O1 -g1. -O1 is what clang's ASan and TSan manuals ask for reasonable speed ("-O1 or
+# higher"), as sanitizer and fuzzing builds usually are; under ASan + UBSan it compiles the
+# tests 45 % faster than -O2 here (test_failback.cc: 16.5 s against 29.5 s) and the tests run
+# no slower. The line tables (-g1) symbolize every frame of a report without the full debug
+# info that costs a third of the compile time. Assertions stay on (no NDEBUG: not a release).
+SAN_BUILD=(-Doptimization=1 -Ddebug=false)
 DEBUG_INFO=-g1
 # Reports halt the process with a non-zero status; meson counts it as a failed test.
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:strict_string_checks=1
@@ -102,12 +106,12 @@ for p in "${phases[@]}"; do
     case $p in
     asan)
         phase asan suite:unit suite:functional -- \
-            -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false \
+            "${SAN_BUILD[@]}" -Db_sanitize=address,undefined -Db_lundef=false \
             "-Dcpp_args=-fno-sanitize-recover=all $DEBUG_INFO" || status=1
         ;;
     tsan)
         phase tsan test:unit test:tuner-unit test:verbs-unit test:sanitizer-control-race -- \
-            -Dbuildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false \
+            "${SAN_BUILD[@]}" -Db_sanitize=thread -Db_lundef=false \
             "-Dcpp_args=$DEBUG_INFO" || status=1
         ;;
     *) echo "sanitize: unknown phase '$p' (asan, tsan)" >&2; exit 2 ;;
