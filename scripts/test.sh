@@ -9,8 +9,9 @@
 #               telemetry, soak and ops (a real Prometheus) suites (and the verbs suite, which
 #               skips outside the RDMA lab, unless the rxe phase runs too). Lab tests need root
 #               (network namespaces); without it they skip (exit 77).
-#     release   ./build-release (-Dbuildtype=release -Dwerror=true, what users build): compiles
-#               warning-free and its installed tree passes the install-tree test.
+#     release   ./build-release (-Dbuildtype=release -Dtests=disabled -Dwerror=true: what the
+#               README has users build): compiles warning-free and its installed tree passes
+#               the install-tree test.
 #     package   the Debian package: built once with dpkg-buildpackage (tests off, -j2), lintian
 #               clean of errors, installed into an overlaid root and run in the lab
 #               (test/ops/package.sh; needs root).
@@ -30,12 +31,14 @@ phases=("$@")
 for p in "${phases[@]}"; do
     case $p in
     default | release | package | sanitize | rxe | fuzz) ;;
-    -h | --help) sed -n '3,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown phase '$p' (default release package sanitize rxe fuzz)" >&2; exit 2 ;;
     esac
 done
 
+t_start=$(date +%s)
 scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+echo "=== test.sh: setup (packages and ./build): $(($(date +%s) - t_start)) s" >&2
 
 logs=()         # the meson test logs to sum, of every phase that ran tests
 broken=0        # phases that failed without a log of failed tests to show for it
@@ -86,8 +89,12 @@ for p in "${phases[@]}"; do
     release)
         rm -f build-release/meson-logs/testlog.json
         rc=0
-        if [[ ! -f build-release/build.ninja ]]; then
-            meson setup build-release -Dbuildtype=release -Dwerror=true >/dev/null || rc=$?
+        # The README's install build (tests off), with warnings as errors.
+        release_opts=(-Dbuildtype=release -Dtests=disabled -Dwerror=true)
+        if [[ -f build-release/build.ninja ]]; then
+            meson configure build-release "${release_opts[@]}" >/dev/null || rc=$?
+        else
+            meson setup build-release "${release_opts[@]}" >/dev/null || rc=$?
         fi
         ((rc == 0)) && { ninja -C build-release >build-release/release-build.log 2>&1 ||
             { rc=$?; tail -40 build-release/release-build.log >&2; }; }
@@ -116,6 +123,7 @@ for p in "${phases[@]}"; do
     esac
     echo "=== test.sh: phase $p: $(secs "$t0") s" >&2
 done
+echo "=== test.sh: every phase: $(secs "$t_start") s" >&2
 
 python3 - "$broken" "$skipped_extra" "${logs[@]}" <<'PY'
 import json, sys
