@@ -36,15 +36,15 @@ for p in "${phases[@]}"; do
     esac
 done
 
+secs() { echo $(($(date +%s) - $1)); }
 t_start=$(date +%s)
 scripts/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
-echo "=== test.sh: setup (packages and ./build): $(($(date +%s) - t_start)) s" >&2
+echo "=== test.sh: setup (packages and ./build): $(secs "$t_start") s" >&2
 
 logs=()         # the meson test logs to sum, of every phase that ran tests
 broken=0        # phases that failed without a log of failed tests to show for it
 skipped_extra=0 # phases skipped as a whole
 status=0
-secs() { echo $(($(date +%s) - $1)); }
 
 # ran PHASE RC LOG...: record a phase's result and the test logs it wrote. A non-zero status
 # with no failed test in any of its logs (a build or setup failure, a dead guest) counts as one

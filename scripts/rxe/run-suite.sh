@@ -29,10 +29,8 @@ if ! command -v meson >/dev/null || ! dpkg-query -W catch2 >/dev/null 2>&1; then
     scripts/setup.sh || { echo "run-suite: scripts/setup.sh failed" >&2; exit 1; }
 fi
 if [[ ! -f $build/build.ninja ]]; then
-    # scripts/sanitize.sh's ASan build: -O1 with line tables
-    meson setup "$build" -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 \
-        -Db_sanitize=address,undefined -Db_lundef=false -Dwerror=false \
-        >"$src/$build.setup.log" 2>&1 ||
+    source scripts/sanitizer_build.sh # scripts/sanitize.sh's ASan build
+    meson setup "$build" "${ASAN_MESON_ARGS[@]}" -Dwerror=false >"$src/$build.setup.log" 2>&1 ||
         { tail -20 "$src/$build.setup.log" >&2; echo "run-suite: meson setup failed" >&2; exit 1; }
 fi
 # Only what the verbs suite runs: the rest of the project is not needed in the guest.
