@@ -273,8 +273,18 @@ void SendComm::failback_locked(uint64_t now) noexcept
     if (active_ != kBackup || pri.state != SlotState::kStandby ||
         since(now, pri.up_since_ns) < cfg_.failback_hold_ns)
         return;
+    if (!draining_) drain_since_ns_ = now;
     draining_ = true; // distribute_locked() holds new messages back
-    if (paths_[kBackup].alive() && !paths_[kBackup].path->idle()) return;
+    if (paths_[kBackup].alive() && !paths_[kBackup].path->idle()) {
+        // A backup that heartbeats but does not finish what it holds would hold every new
+        // message back for ever: past the stall timeout it is failed over as stalled, and
+        // the primary takes what is not acked (the receiver fences the backup).
+        const uint64_t took = since(now, drain_since_ns_);
+        if (took > cfg_.stall_timeout_ns)
+            failover_locked(kBackup, "stalled: failback waited " + std::to_string(took / 1000000) +
+                                         " ms for it to finish its messages");
+        return;
+    }
     draining_ = false;
     const uint64_t bytes = switch_to_locked(kPrimary, -1, 0).bytes;
     ++stats_.failbacks;

@@ -60,7 +60,8 @@ namespace vigil::net {
  *       fences if it has not yet, and replay).
  *   Failback: a rebuilt primary that stayed alive for failback_hold while the backup is
  *       Active: new messages wait (draining_) until the backup is idle, so no write of the
- *       old generation can land later, then the primary becomes Active with generation += 1
+ *       old generation can land later (a backup not idle after stall_timeout is failed over
+ *       as stalled instead), then the primary becomes Active with generation += 1
  *       (notice with no slot to fence) and replays what is not acked; the backup is Standby.
  *   No slot alive: requests keep reporting "not done" (and isend NULL) until
  *       fatal_timeout, then every pending and later request fails with -ECONNRESET
@@ -342,7 +343,8 @@ private:
     std::unique_ptr<PathRebuilder> rebuilder_;
     int active_ = kPrimary;
     uint32_t gen_ = 1;
-    bool draining_ = false;       // failback waits for the backup to be idle
+    bool draining_ = false;       // failback waits for the backup to be idle ...
+    uint64_t drain_since_ns_ = 0; // ... since then, at most stall_timeout
     uint64_t backup_since_ns_ = 0;
     uint64_t no_path_since_ns_ = 0;
     int orphan_slot_ = -1;   // the last path lost with no other left (-1: none) ...

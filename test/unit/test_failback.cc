@@ -289,6 +289,28 @@ TEST_CASE("failback: refused rebuilds back off without limit, the rebuilt primar
 
 // ---- 2. Failback while the backup is busy ----------------------------------------------------
 
+// One message over, the primary failed and rebuilt at once, the backup stuck (what it is
+// given waits in its outbox: not idle) with message `a` on it, and the clock past the
+// failback hold: the failback is due and waits for the backup to drain.
+struct StuckDrain {
+    uint64_t t_rebuilt; // when the primary was rebuilt (ns)
+    int a;              // the message on the stuck backup
+};
+StuckDrain failback_due_on_stuck_backup(Net &n, Traffic &t, const vn::FailoverConfig &cfg)
+{
+    n.fab.refuse[kPrimary] = false;
+    t.one();
+    t.run();
+    n.send->fail_path(kPrimary, "injected port failure", true);
+    REQUIRE(n.fab.rebuilt[kPrimary].size() == 1);
+    const uint64_t t_rebuilt = n.fab.rebuilt_ns[kPrimary][0];
+    n.backup().stuck = true;
+    const int a = t.one();
+    drive_until_ns(t, t_rebuilt + cfg.failback_hold_ns + 3 * kMs);
+    REQUIRE(n.send->stats().failbacks == 0);
+    return {t_rebuilt, a};
+}
+
 TEST_CASE("failback waits until the backup is idle; messages posted meanwhile are replayed "
           "on the primary",
           "[failback]")
@@ -358,6 +380,49 @@ TEST_CASE("failback waits until the backup is idle; messages posted meanwhile ar
     n.check_posting();
     n.check_exactly_once(static_cast<uint64_t>(t.next_id()), t.bytes());
     t.check_spent();
+}
+
+TEST_CASE("failback: a backup that does not finish its messages within the stall timeout is "
+          "failed over as stalled, and the primary takes what is not acked",
+          "[failback]")
+{
+    const auto cfg = config();
+    Net n(cfg);
+    Traffic t(n);
+    // The backup heartbeats but never writes what it holds.
+    const StuckDrain d = failback_due_on_stuck_backup(n, t, cfg);
+    const uint64_t t_rebuilt = d.t_rebuilt;
+    const int a = d.a;
+    Lane &pl = n.rebuilt(kPrimary);
+    const int b = t.one(); // held back by the drain
+    drive_for(t, 10);
+    CHECK(pl.posted.empty());
+    CHECK_FALSE(t.send_done(b));
+
+    // The receiver's heartbeats (an ack of what it has) keep the backup heard, so the stall
+    // watchdog alone would wait for ever. Past the stall timeout the drain fails the backup
+    // over as stalled; the primary replays both.
+    uint64_t beat_ns = 0;
+    drive_until(t, [&] {
+                    Lane &bl = n.backup();
+                    if (vigil::now_ns() - beat_ns >= cfg.probe_interval_ns && n.send->active_dev() == 11) {
+                        bl.reply({tp::Back::kAck, bl.last_ack, bl.last_ack_gen, 0, {}});
+                        beat_ns = vigil::now_ns();
+                    }
+                    return n.send->stats().failovers == 2;
+                },
+                static_cast<int>(cfg.stall_timeout_ns / kMs) + 500, "the stalled backup's failover");
+    CHECK(vigil::now_ns() - (t_rebuilt + cfg.failback_hold_ns) >= cfg.stall_timeout_ns); // not before
+    CHECK(n.send->active_dev() == 10);
+    CHECK(n.send->stats().failbacks == 0);
+    CHECK(n.send->stats().generation == 3);
+    const auto sa = static_cast<uint64_t>(a), sb = static_cast<uint64_t>(b);
+    CHECK(pl.posted == SeqGens{{sa, 3}, {sb, 3}});
+    t.run(200);
+    CHECK(t.send_done(a));
+    CHECK(t.send_done(b));
+    CHECK(n.recv->generation() == 3);
+    n.check_exactly_once(static_cast<uint64_t>(t.next_id()), t.bytes());
 }
 
 // ---- 3. The rebuilt primary dies during the hold -------------------------------------------
@@ -639,18 +704,9 @@ TEST_CASE("failback drain: the rebuilt primary dies while the backup drains; new
     const auto cfg = config();
     Net n(cfg);
     Traffic t(n);
-    n.fab.refuse[kPrimary] = false;
-    t.one();
-    t.run();
-    n.send->fail_path(kPrimary, "injected port failure", true);
-    REQUIRE(n.fab.rebuilt[kPrimary].size() == 1);
-    const uint64_t t_rebuilt = n.fab.rebuilt_ns[kPrimary][0];
+    // The backup is mid-message when the failback falls due.
+    const int a = failback_due_on_stuck_backup(n, t, cfg).a;
     Lane &pl = n.rebuilt(kPrimary);
-
-    n.backup().stuck = true; // the backup is mid-message when the failback falls due
-    const int a = t.one();
-    drive_until_ns(t, t_rebuilt + cfg.failback_hold_ns + 3 * kMs);
-    REQUIRE(n.send->stats().failbacks == 0);
     const int b = t.one(); // waits for the switch
     REQUIRE(n.backup().posted.size() == 1);
 
