@@ -33,7 +33,8 @@
 #          CUTS="75 50 25 10"; KEEP=1 keeps the logs). Writes docs/degraded.png when matplotlib
 #          is there.
 #        scripts/bench_degraded.sh ring [ROUNDS] (RING_HOSTS="3 4", RING_RATE=200mbit,
-#          RING_BYTES=8M, RING_ITERS=16, RING_CUT_AT=3, RING_SKIP=3, CUTS, KEEP).
+#          RING_BYTES=8M, RING_ITERS=16, RING_CUT_AT=3, RING_SKIP=3, CUTS, KEEP; PLUGIN: the
+#          libnccl-net-vigil.so to run, ./build's by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=stream

@@ -17,7 +17,7 @@ CUT_AT=${RING_CUT_AT:-3}
 SKIP=${RING_SKIP:-3}
 CUTS=${CUTS:-75 50 25 10}
 bin=$PWD/build/test/netbench/vigil-netbench
-plugin=$PWD/build/net_plugin/libnccl-net-vigil.so
+plugin=${PLUGIN:-$PWD/build/net_plugin/libnccl-net-vigil.so}
 tmp=$(mktemp -d /tmp/vigil-ring.XXXXXX)
 trap '[[ -n ${KEEP:-} ]] && echo "logs: $tmp" >&2 || rm -rf "$tmp"' EXIT
 source scripts/bench_lib.sh
