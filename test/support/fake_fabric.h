@@ -234,6 +234,12 @@ struct Lane {
         if (hold_acks && (b.kind == Back::kAck || b.kind == Back::kLanded)) held_acks.push_back(std::move(b));
         else back.push_back(std::move(b));
     }
+    // The receiver's heartbeat on this lane: an ack of what it has.
+    void heartbeat()
+    {
+        ++heartbeats;
+        reply({Back::kAck, last_ack, last_ack_gen, 0, {}});
+    }
     // Lets the held acks through.
     void release_acks()
     {
@@ -659,8 +665,7 @@ public:
     void heartbeat() override
     {
         const OnStack on_stack(l_, false);
-        ++l_.heartbeats;
-        l_.reply({Back::kAck, l_.last_ack, l_.last_ack_gen, 0, {}});
+        l_.heartbeat();
     }
     void goodbye() override
     {

@@ -390,9 +390,7 @@ TEST_CASE("failback: a backup that does not finish its messages within the stall
     Net n(cfg);
     Traffic t(n);
     // The backup heartbeats but never writes what it holds.
-    const StuckDrain d = failback_due_on_stuck_backup(n, t, cfg);
-    const uint64_t t_rebuilt = d.t_rebuilt;
-    const int a = d.a;
+    const auto [t_rebuilt, a] = failback_due_on_stuck_backup(n, t, cfg);
     Lane &pl = n.rebuilt(kPrimary);
     const int b = t.one(); // held back by the drain
     drive_for(t, 10);
@@ -404,9 +402,8 @@ TEST_CASE("failback: a backup that does not finish its messages within the stall
     // over as stalled; the primary replays both.
     uint64_t beat_ns = 0;
     drive_until(t, [&] {
-                    Lane &bl = n.backup();
                     if (vigil::now_ns() - beat_ns >= cfg.probe_interval_ns && n.send->active_dev() == 11) {
-                        bl.reply({tp::Back::kAck, bl.last_ack, bl.last_ack_gen, 0, {}});
+                        n.backup().heartbeat();
                         beat_ns = vigil::now_ns();
                     }
                     return n.send->stats().failovers == 2;
