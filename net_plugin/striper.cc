@@ -237,7 +237,11 @@ std::array<double, kMaxPaths> Striper::rates(uint64_t now) const noexcept
     for (size_t i = 0; i < r.size(); ++i) {
         const PathState &p = paths_[i];
         if (!p.carrying || r[i] > 0) continue;
-        r[i] = fastest > 0 ? fastest : 1.0;
+        // Once another path of this connection was measured: what another connection's
+        // preferred path last measured on this port says more of it than this connection's
+        // own paths on other ports do (they may be degraded). None measured: all are equal.
+        const double port = fastest > 0 && p.dev >= 0 ? ports_->lead_rate(p.dev) : 0;
+        r[i] = port > 0 ? port : fastest > 0 ? fastest : 1.0;
         // Never measured and waiting: it cannot be faster than delivering what it holds in
         // the time it has waited.
         const uint64_t open = p.out > 0 ? since(now, p.mark_ns) : 0;
@@ -302,6 +306,20 @@ Striper::Pick Striper::next(uint64_t msg_left, uint64_t remaining,
         }
     }
     judge_room(prefer, r);
+    // A path never measured while another was takes a minimum piece once it has waited
+    // kReprobeNs: the rate it is assumed to have is a guess, and while its connection's
+    // messages fit the preferred path's room it would never be given a piece that measures
+    // it, however slow the preferred path became.
+    // (Only for a message with a minimum piece to give: a few bytes would measure latency.)
+    const bool measured = std::any_of(order.begin(), order.begin() + static_cast<long>(n),
+                                      [&](size_t i) { return paths_[i].bytes_w > 0; });
+    for (size_t k = 0; measured && whole >= min_piece_ && k < n; ++k) {
+        const size_t i = order[k];
+        PathState &p = paths_[i];
+        if (!room[i] || p.bytes_w > 0 || p.out > 0 || since(now, p.last_post_ns) < kReprobeNs) continue;
+        p.reprobing = true;
+        return {static_cast<int>(i), min_piece_};
+    }
     const size_t best = order[0]; // finishes a whole piece first
     double fastest = 0;
     for (size_t k = 0; k < n; ++k) fastest = std::max(fastest, r[order[k]]);

@@ -78,8 +78,13 @@ private:
  * half-life of kHalfLifeNs of that busy time, so a port that slows is followed within a few
  * pieces; the busy span since the last landing counts too, so a path that stops delivering
  * looks slower at once, not at its next landing. Idle time counts for nothing. A path never
- * measured takes the fastest measured rate (or, none measured, all are equal), at most what
- * it holds over the time it has waited.
+ * measured takes the rate another connection's preferred path last measured on its port
+ * (PortAccount::lead_rate), else the fastest of its connection's measured rates (none
+ * measured: all are equal), at most what it holds over the time it has waited. Once another
+ * of its connection's paths was measured, it takes a minimum piece after kReprobeNs without
+ * one, whatever it is assumed to be worth: a connection whose messages fit its preferred
+ * path's room would otherwise never measure it, and with the preferred path's port cut, the
+ * guess (that very path's rate) kept every message there.
  *
  * Finish time of path i for a piece of n bytes: (outstanding_i + n) / rate_i, where
  * outstanding_i is less what the path delivered at its rate since its last landing was

@@ -275,3 +275,43 @@ TEST_CASE("striper: a connection spills onto a port while a path other than its 
     CHECK(ports.carriers(0) == 0);
     CHECK(ports.carriers(1) == 0);
 }
+
+TEST_CASE("striper: a path never measured is measured once it has waited, so a preferred path "
+          "that slows does not keep every message",
+          "[striper]")
+{
+    // Messages of two pieces, each within the preferred path's room: it takes all of them
+    // and the other path is never measured.
+    Model m(100e6, 100e6);
+    for (int k = 0; k < 10; ++k) m.send(2 * kPiece);
+    REQUIRE(m.carried[kBackup] == 0);
+    REQUIRE(m.s.rate(kBackup, m.now) == 0);
+    // The preferred path's port is cut to a tenth. Assumed as fast as the only path measured,
+    // the other path would never be given a piece; once it has waited kReprobeNs it takes a
+    // minimum piece, is measured, and carries what it delivers first from then on.
+    m.rate[kPrimary] = 10e6;
+    uint64_t t = 0;
+    while (m.now < 1'000'000'000 + 2 * Striper::kReprobeNs) t = m.send(2 * kPiece);
+    CHECK(m.s.rate(kBackup, m.now) > 50e6);
+    const double alone = static_cast<double>(2 * kPiece) / 100e6 * 1e9; // the fast path alone
+    CHECK(static_cast<double>(t) <= alone * 1.3);
+}
+
+TEST_CASE("striper: a path never measured is assumed as fast as its port's leader", "[striper]")
+{
+    vn::PortCounters ports;
+    ports.lead(1, +1); // another connection leads on device 1, at 100 MB/s
+    ports.lead_rate(1, 100e6);
+    Model m(100e6, 100e6, &ports);
+    for (int k = 0; k < 10; ++k) m.send(2 * kPiece);
+    REQUIRE(m.carried[kBackup] == 0);
+    // The preferred path's port is cut to a tenth: the other path, taken to be as fast as
+    // what was measured on its port, takes the pieces at once, before any reprobe is due.
+    m.rate[kPrimary] = 10e6;
+    uint64_t t = 0;
+    for (int k = 0; k < 4; ++k) t = m.send(2 * kPiece);
+    REQUIRE(m.now < 1'000'000'000 + Striper::kReprobeNs);
+    CHECK(m.carried[kBackup] > 0);
+    const double alone = static_cast<double>(2 * kPiece) / 100e6 * 1e9;
+    CHECK(static_cast<double>(t) <= alone * 1.3);
+}
