@@ -28,12 +28,17 @@
 # the ports are kept slow enough that the CPUs are not what limits the ring.
 #
 # What is shaped: veth ports with tbf (token bucket, 50 ms queue); a real NIC's degradation
-# (FEC errors, PFC storms, a lane down) has other dynamics.
+# (FEC errors, PFC storms, a lane down) has other dynamics. The ring's lab caps its ports' GSO
+# packets at 16 KiB (NETLAB_GSO_MAX, empty: the veths' 64 KiB), so a cut port's bucket is
+# 10 ms of its rate or 24 KiB, not 96 KiB: a bucket that size passed a multipath piece at the
+# veth's speed, and the cut port measured several times faster than it is
+# (docs/benchmarks.md, "A cut port's bucket").
 # Usage: scripts/bench_degraded.sh [ROUNDS] (RATE=400mbit, SECS=3, CHANNELS="1 2 4",
 #          CUTS="75 50 25 10"; KEEP=1 keeps the logs). Writes docs/degraded.png when matplotlib
 #          is there.
 #        scripts/bench_degraded.sh ring [ROUNDS] (RING_HOSTS="3 4", RING_RATE=200mbit,
-#          RING_BYTES=8M, RING_ITERS=16, RING_CUT_AT=3, RING_SKIP=3, CUTS, KEEP; PLUGIN: the
+#          RING_BYTES=8M, RING_SLICE=1M, RING_ITERS=16, RING_CUT_AT=3, RING_SKIP=3, CUTS, KEEP,
+#          NETLAB_GSO_MAX=16384; PLUGIN: the
 #          libnccl-net-vigil.so to run, ./build's by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +51,7 @@ ROUNDS=${1:-1}
 if [[ -z ${NETLAB:-} ]]; then
     scripts/setup.sh
     [[ $MODE == stream ]] && exec scripts/netlab.sh run -H 2 -P 2 -- "$0" "$@"
+    export NETLAB_GSO_MAX=${NETLAB_GSO_MAX-16384}
     for h in ${RING_HOSTS:-3 4}; do scripts/netlab.sh run -H "$h" -P 2 -- "$0" ring "$@"; done
     exit 0
 fi

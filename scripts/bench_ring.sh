@@ -12,6 +12,7 @@ ROUNDS=${1:-1}
 HOSTS=$NETLAB_HOSTS
 RATE=${RING_RATE:-200mbit}
 BYTES=${RING_BYTES:-8M}
+SLICE=${RING_SLICE:-1M}
 ITERS=${RING_ITERS:-16}
 CUT_AT=${RING_CUT_AT:-3}
 SKIP=${RING_SKIP:-3}
@@ -45,7 +46,7 @@ u = resource.getrusage(resource.RUSAGE_CHILDREN)
 open(sys.argv[1], "a").write(f"{u.ru_utime + u.ru_stime}\n")
 sys.exit(rc)' "$tmp/cpu" "$bin" --plugin "$plugin" --rank "$r" --nranks "$HOSTS" \
             --rendezvous "$rdv" --workload allreduce --bytes "$BYTES" --iters "$ITERS" \
-            --channels 2 --slice 1M --timeout 300 >"$o" 2>>"$tmp/vigil.log" &
+            --channels 2 --slice "$SLICE" --timeout 300 >"$o" 2>>"$tmp/vigil.log" &
         pids+=($!)
     done
     # The cut, once rank 0 finished CUT_AT iterations.
@@ -76,7 +77,9 @@ print(f"{sum(bw) / len(bw):.1f} {busy:.2f}")
 PY
 }
 
-echo "# ring all-reduce: $HOSTS hosts x 2 ports at $RATE (tbf), $BYTES per rank, 2 channels;" \
+gso=$(ip -n "$NETLAB-h1" -d -j link show dev eth0 | grep -o '"gso_max_size":[0-9]*' | head -1)
+echo "# ring all-reduce: $HOSTS hosts x 2 ports at $RATE (tbf; GSO packets up to ${gso#*:} bytes)," \
+     "$BYTES per rank, 2 channels, $SLICE slices;" \
      "host 1 port 0 cut after iteration $CUT_AT, mean busbw of iterations $((CUT_AT + SKIP))..$((ITERS - 1)); median of $ROUNDS"
 printf '%-2s %-8s %11s %11s %8s %8s %7s %9s %9s %6s\n' H point "mp Mbit/s" "off Mbit/s" "mp kept" "off kept" bound "mp/bound" "off/bound" cpu
 declare -A healthy=()

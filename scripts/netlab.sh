@@ -46,6 +46,11 @@ host holds a socket's bytes unsent for tens of ms. An algorithm the namespaces m
 is added to net.ipv4.tcp_allowed_congestion_control (once, logged); when the default cannot
 be had, the hosts keep the machine's (logged).
 
+$NETLAB_GSO_MAX (bytes, 1500..65536; unset: the veths' own, 64 KiB) caps the GSO packets
+every port hands its qdisc, so degrade's bucket (at least 3/2 of that, below) can be smaller:
+a 64 KiB GSO packet needs a 98,304-byte bucket, which a port cut to 25 Mbit/s empties at the
+veth's speed after 31 ms idle, so a short burst crosses it far faster than the rate.
+
 The lab is taken from --lab NAME or $NETLAB (up/run make a fresh unique name
 unless --lab is given). Hosts 2..16 (default 2), ports 1..8 (default 2).
 Everything but addr, list and help needs root. State: /run/vigil-netlab/NAME.env
@@ -158,6 +163,9 @@ create_lab() {
     local lab=$1 hosts=$2 ports=$3 routed=${4:-0} i j k ns sw=$1-sw cc
     mkdir -p "$STATE_DIR"
     cc=$(lab_tcp_cc)
+    local gso=${NETLAB_GSO_MAX:-}
+    [[ -z $gso ]] || { [[ $gso =~ ^[0-9]{4,5}$ ]] && ((10#$gso >= 1500 && 10#$gso <= 65536)); } ||
+        die 2 "bad NETLAB_GSO_MAX '$gso' (bytes, 1500..65536)"
     [[ -z $(lab_namespaces "$lab") ]] || die 2 "lab '$lab' already exists (namespaces present)"
     # Claim the name atomically (O_EXCL) so two creators of the same name cannot collide.
     (set -C; : >"$STATE_DIR/$lab.env") 2>/dev/null || die 2 "lab '$lab' already exists ($STATE_DIR/$lab.env)"
@@ -181,6 +189,11 @@ create_lab() {
         for ((j = 0; j < ports; j++)); do
             # Both ends are created directly in their namespaces: the root namespace never sees them.
             ip link add "eth$j" netns "$ns" type veth peer name "h${i}p$j" netns "$sw"
+            if [[ -n $gso ]]; then
+                ip -n "$ns" link set "eth$j" gso_max_size "$((10#$gso))" &&
+                    ip -n "$sw" link set "h${i}p$j" gso_max_size "$((10#$gso))" ||
+                    die 1 "cannot set gso_max_size $gso on host $i port $j"
+            fi
             ip -n "$ns" addr add "$(addr_of "$i" "$j")/24" dev "eth$j"
             ip -n "$ns" link set "eth$j" up
             ip -n "$sw" link set "h${i}p$j" master "br$j" up
