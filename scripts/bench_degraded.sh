@@ -38,7 +38,8 @@
 #          is there.
 #        scripts/bench_degraded.sh ring [ROUNDS] (RING_HOSTS="3 4", RING_RATE=200mbit,
 #          RING_BYTES=8M, RING_SLICE=1M, RING_ITERS=16, RING_CUT_AT=3, RING_SKIP=3, CUTS, KEEP,
-#          NETLAB_GSO_MAX=16384; PLUGIN: the
+#          NETLAB_GSO_MAX=16384; RING_OFF=0 skips the VIGIL_MULTIPATH=0 runs, RING_VS=SO runs
+#          another build in their place, with multipath on; PLUGIN: the
 #          libnccl-net-vigil.so to run, ./build's by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
