@@ -41,7 +41,7 @@ bool PathEngine::flush_control(PathStatus *st)
         // The peer's slot for message ctl_sent_ is free once its credits cover the message
         // kCtlSlots before it; this end's copy of it once that write completed.
         const uint32_t slot = static_cast<uint32_t>(ctl_sent_ % kCtlSlots);
-        if (ctl_sent_ - peer_consumed_ >= kCtlSlots || ctl_busy_[slot] || sq_used(0) >= kSendDepth)
+        if (ctl_sent_ - peer_consumed_ >= kCtlSlots || ctl_busy_[slot] || sq_used(0) >= qps_->send_depth())
             return credit_out(st); // later: a credit or a completion wakes this end
         const std::vector<uint8_t> &m = ctl_queue_.front();
         uint8_t *from = qps_->ctl_out(ctl_sent_);
@@ -88,7 +88,7 @@ bool PathEngine::credit_in(uint32_t imm, PathStatus *st)
 bool PathEngine::credit_out(PathStatus *st)
 {
     if (failed_ || qps_->dead() || credit_in_flight_ || ctl_got_ - credited_ < kCtlSlots / 2 ||
-        sq_used(0) >= kSendDepth)
+        sq_used(0) >= qps_->send_depth())
         return !failed_;
     ibv_send_wr wr{};
     wr.wr_id = WrId::make(WrId::kCredit, 0);

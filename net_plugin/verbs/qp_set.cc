@@ -11,7 +11,7 @@ namespace vigil::net::verbs_fabric {
 
 QpSet::~QpSet() = default;
 
-int QpSet::create(const PortInfo &port, const QpConfig &cfg, std::string *why)
+int QpSet::create(const PortInfo &port, const QpConfig &cfg, End end, std::string *why)
 {
     port_ = port;
     cfg_ = cfg;
@@ -21,7 +21,9 @@ int QpSet::create(const PortInfo &port, const QpConfig &cfg, std::string *why)
     };
     const verbs::Context &ctx = port.hca->ctx();
     if (int rc = verbs::CompChannel::create(ctx, &ch_); rc != 0) return bad(rc, "cannot create a completion channel");
-    const int depth = cfg.nqps * static_cast<int>(kSendDepth + kRecvDepth);
+    send_depth_ = verbs_fabric::send_depth(end);
+    const uint32_t recv_wrs = recv_depth(end);
+    const int depth = cfg.nqps * static_cast<int>(send_depth_ + recv_wrs);
     if (int rc = verbs::Cq::create(ctx, depth, &ch_, this, &cq_); rc != 0) return bad(rc, "cannot create a CQ");
     send_off_ = kCtlSlots * kCtlBytes;
     rec_off_ = send_off_ + kCtlSlots * kCtlBytes;
@@ -30,15 +32,15 @@ int QpSet::create(const PortInfo &port, const QpConfig &cfg, std::string *why)
     if (int rc = verbs::Mr::reg(port.hca->pd(), ctl_.get(), ctl_bytes_, kAccess, &mr_); rc != 0)
         return bad(rc, "cannot register the control memory");
     verbs::QpCaps caps;
-    caps.max_send_wr = kSendDepth;
-    caps.max_recv_wr = kRecvDepth;
+    caps.max_send_wr = send_depth_;
+    caps.max_recv_wr = recv_wrs;
     for (int i = 0; i < cfg.nqps; ++i) {
         verbs::Qp qp;
         if (int rc = verbs::Qp::create_rc(port.hca->pd(), cq_, cq_, caps, this, &qp); rc != 0)
             return bad(rc, "cannot create an RC QP");
         if (int rc = qp.to_init(port.port, kAccess); rc != 0) return bad(rc, "cannot move a QP to INIT");
         qps_.push_back(std::move(qp));
-        for (uint32_t s = 0; s < kRecvDepth; ++s)
+        for (uint32_t s = 0; s < recv_wrs; ++s)
             if (int rc = repost(i); rc != 0) return bad(rc, "cannot post receives");
     }
     random_bytes(&psn_, sizeof(psn_));

@@ -17,19 +17,33 @@
 
 namespace vigil::net::verbs_fabric {
 
+/// Which way an end's path carries data. A path carries it one way, so each end has one deep
+/// queue and one shallow one: the sending end's send queue takes the data (records, short
+/// messages, pieces) and its receive queue only the peer's control messages and credits; the
+/// receiving end's receive queue takes every write with immediate of the sender, and its send
+/// queue only control messages (CTS) and credits.
+enum class End { kSender, kReceiver };
 /// Queue depths. Providers round a queue up to a power of two (rxe after adding one slot, in
-/// the kernel's rxe_queue_init), so each depth is one below one: under rxe 576 send WRs took
-/// 1,024 slots. The CQ takes every send and receive of the set's QPs (1,022: 1,024 slots).
-/// Receive work requests kept posted per QP, without buffers: every write with immediate
-/// (a record, a short message, a piece, a control message, a credit) consumes one.
-inline constexpr uint32_t kRecvDepth = 511;
-/// Send work requests per QP.
-inline constexpr uint32_t kSendDepth = 511;
-/// Of them, the work requests data may use: control messages (kCtlSlots) and one credit
-/// always find room.
-inline constexpr uint32_t kDataDepth = kSendDepth - kCtlSlots - 1;
+/// the kernel's rxe_queue_init), so each depth, and the CQ's (both queues of every QP of the
+/// set), is one below one: under rxe 576 send WRs took 1,024 slots.
+/// The deep queue of an end: a sender's send queue, a receiver's receive queue (one receive,
+/// without a buffer, for each write with immediate the sender may have outstanding).
+inline constexpr uint32_t kDeepDepth = 447;
+/// The shallow queue of an end: a receiver's send queue, a sender's receive queue. Each side
+/// has at most kCtlSlots control messages outstanding (the peer hands slots back in credits)
+/// and one credit.
+inline constexpr uint32_t kShallowDepth = 63;
+/// Of the sender's send work requests, the ones data may use: control messages (kCtlSlots)
+/// and one credit always find room.
+inline constexpr uint32_t kDataDepth = kDeepDepth - kCtlSlots - 1;
 static_assert(kDataDepth >= kMaxInflight, "every message the window allows fits on one QP as a short write");
-static_assert(kRecvDepth >= kDataDepth + kCtlSlots + 1,
+static_assert(kShallowDepth >= kCtlSlots + 1, "every control message the credits allow and a credit fit");
+static_assert(kDeepDepth + kShallowDepth <= 511, "a QP's completions fit a CQ of 512 slots");
+/// Send and receive depths of an end's QPs.
+constexpr uint32_t send_depth(End e) { return e == End::kSender ? kDeepDepth : kShallowDepth; }
+constexpr uint32_t recv_depth(End e) { return e == End::kSender ? kShallowDepth : kDeepDepth; }
+static_assert(recv_depth(End::kReceiver) >= send_depth(End::kSender) &&
+                  recv_depth(End::kSender) >= send_depth(End::kReceiver),
               "each write with immediate the peer may have outstanding on a QP finds a receive");
 
 /// A work request's wr_id: its kind in the top 8 bits, a value below (a sequence number, a
@@ -71,8 +85,9 @@ class QpSet
 {
 public:
     ~QpSet();
-    /// Creates the QPs in INIT with their receives posted. 0 or -errno with *why.
-    int create(const PortInfo &port, const QpConfig &cfg, std::string *why);
+    /// Creates the QPs in INIT, with queues as deep as `end` needs (send_depth, recv_depth) and
+    /// their receives posted. 0 or -errno with *why.
+    int create(const PortInfo &port, const QpConfig &cfg, End end, std::string *why);
     /// This end as the peer needs it.
     PathEnd local_end() const;
     /// Drives every QP to RTR towards `remote`, then to RTS. 0 or -errno with *why.
@@ -83,6 +98,8 @@ public:
     bool dead() const { return dead_; }
 
     int nqps() const { return static_cast<int>(qps_.size()); }
+    /// Send work requests each QP holds (send_depth of this end's End).
+    uint32_t send_depth() const { return send_depth_; }
     const verbs::Qp &qp(int i) const { return qps_[static_cast<size_t>(i)]; }
     const verbs::Cq &cq() const { return cq_; }
     int fd() const { return ch_.fd(); }
@@ -112,6 +129,7 @@ private:
     QpConfig cfg_;
     PathEnd remote_;
     uint32_t psn_ = 0;
+    uint32_t send_depth_ = 0;
     verbs::CompChannel ch_;
     verbs::Cq cq_;
     std::vector<verbs::Qp> qps_;

@@ -95,7 +95,7 @@ int PathSetup::connect_step(uint64_t now, std::string *why)
     // Connected: make the QPs (on the set-up thread), then say hello.
     start_qp_work([port = fabric_.port_info(local_dev_), cfg = fabric_.qp_config(tc_)](QpWork &w) {
         w.qps = std::make_unique<QpSet>();
-        return w.qps->create(port, cfg, &w.why);
+        return w.qps->create(port, cfg, End::kSender, &w.why);
     }, State::kMakeQps);
     return 0;
 }
@@ -260,7 +260,7 @@ template <class Check> int PathSetup::step(uint64_t now, std::string *why, Check
             start_qp_work([port = fabric_.port_info(local_dev_), cfg = fabric_.qp_config(-1),
                            end = hello_.end](QpWork &w) {
                 w.qps = std::make_unique<QpSet>();
-                int rc = w.qps->create(port, cfg, &w.why);
+                int rc = w.qps->create(port, cfg, End::kReceiver, &w.why);
                 if (rc == 0) rc = w.qps->connect(end, &w.why);
                 return rc;
             }, State::kMakeQps);

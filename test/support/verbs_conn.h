@@ -63,8 +63,8 @@ inline PathPair make_path(int slot, int from, int to)
     auto s = std::make_unique<vf::QpSet>(), r = std::make_unique<vf::QpSet>();
     std::string why;
     INFO(why);
-    REQUIRE(s->create(f.port_info(from), f.qp_config(-1), &why) == 0);
-    REQUIRE(r->create(f.port_info(to), f.qp_config(-1), &why) == 0);
+    REQUIRE(s->create(f.port_info(from), f.qp_config(-1), vf::End::kSender, &why) == 0);
+    REQUIRE(r->create(f.port_info(to), f.qp_config(-1), vf::End::kReceiver, &why) == 0);
     REQUIRE(s->connect(r->local_end(), &why) == 0);
     REQUIRE(r->connect(s->local_end(), &why) == 0);
     vn::PathIdentity id;

@@ -80,6 +80,46 @@ TEST_CASE("messages of several RDMA writes each, spread over two QPs, exact acro
     CHECK(c.send->stats().failbacks + c.send->stats().rebuilds >= 1);
 }
 
+TEST_CASE("each path end's queues are as deep as its role needs, and a full window of small "
+          "messages with its CTS groups still completes exactly", "[comm]")
+{
+    namespace vf = vigil::net::verbs_fabric;
+    Conn c(lab_config(), true, false);
+    for (size_t k = 0; k < vn::kMaxPaths; ++k) {
+        // A sending end posts the data and hears only control messages and credits; a
+        // receiving end the other way round. Providers may grant more than asked.
+        const vigil::verbs::QpCaps &s = c.fab.send_qps[k]->qp(0).caps();
+        const vigil::verbs::QpCaps &r = c.fab.recv_qps[k]->qp(0).caps();
+        CHECK(s.max_send_wr >= vf::kDeepDepth);
+        CHECK(r.max_recv_wr >= vf::kDeepDepth);
+        CHECK(s.max_recv_wr >= vf::kShallowDepth);
+        CHECK(r.max_send_wr >= vf::kShallowDepth);
+        CHECK(s.max_recv_wr < vf::kDeepDepth);
+        CHECK(r.max_send_wr < vf::kDeepDepth);
+        CHECK(c.fab.recv_qps[k]->send_depth() == vf::kShallowDepth);
+    }
+    // NCCL's most: kMaxRequests grouped receives of kMaxRecvs each, a CTS group per receive
+    // on the receiving end's shallow send queue, and kMaxInflight sends at once.
+    Traffic t(*c.send, *c.recv, 60'000, true);
+    t.set_registrar(&Conn::reg);
+    for (int round = 0; round < 2; ++round) {
+        std::vector<int> ids;
+        for (int i = 0; i < vn::kMaxInflight; ++i) ids.push_back(t.send(static_cast<size_t>(8 + i % 5), i % vn::kMaxRecvs));
+        for (int g = 0; g < vn::kMaxRequests; ++g) {
+            std::vector<size_t> caps;
+            std::vector<int> tags, expect;
+            for (int b = 0; b < vn::kMaxRecvs; ++b) {
+                caps.push_back(64);
+                tags.push_back(b);
+                expect.push_back(ids[static_cast<size_t>(g * vn::kMaxRecvs + b)]);
+            }
+            t.recv(caps, tags, expect);
+        }
+        t.run();
+    }
+    CHECK(c.send->stats().failovers == 0);
+}
+
 TEST_CASE("multipath: messages striped over both ports, exact while the active path fails, "
           "fails back, and the shared path fails",
           "[comm]")
