@@ -28,15 +28,20 @@ enum class End { kSender, kReceiver };
 /// set), is one below one: under rxe 576 send WRs took 1,024 slots.
 /// The deep queue of an end: a sender's send queue, a receiver's receive queue (one receive,
 /// without a buffer, for each write with immediate the sender may have outstanding).
-inline constexpr uint32_t kDeepDepth = 447;
+inline constexpr uint32_t kDeepDepth = 255;
 /// The shallow queue of an end: a receiver's send queue, a sender's receive queue. Each side
 /// has at most kCtlSlots control messages outstanding (the peer hands slots back in credits)
 /// and one credit.
 inline constexpr uint32_t kShallowDepth = 63;
 /// Of the sender's send work requests, the ones data may use: control messages (kCtlSlots)
-/// and one credit always find room.
+/// and one credit always find room. A message takes one or more; a send that finds the QP
+/// full waits in the path's queue for completions (VerbsSendPath: "full: later"), so this
+/// bounds what is on the wire, not what NCCL may post (kMaxInflight).
 inline constexpr uint32_t kDataDepth = kDeepDepth - kCtlSlots - 1;
-static_assert(kDataDepth >= kMaxInflight, "every message the window allows fits on one QP as a short write");
+/// NCCL's proxy keeps at most NCCL_STEPS (8, `src/include/device.h`) requests of a connection
+/// in flight, each of up to kMaxRecvs messages.
+inline constexpr uint32_t kProxyWindow = 8 * kMaxRecvs;
+static_assert(kDataDepth >= 2 * kProxyWindow, "what NCCL's proxy keeps in flight fits a QP twice as short writes");
 static_assert(kShallowDepth >= kCtlSlots + 1, "every control message the credits allow and a credit fit");
 static_assert(kDeepDepth + kShallowDepth <= 511, "a QP's completions fit a CQ of 512 slots");
 /// Send and receive depths of an end's QPs.

@@ -32,7 +32,7 @@ namespace vigil::net::verbs_fabric {
 
 /// Slots of a QP's flight ring: at least the data work requests it may have outstanding
 /// (kDataDepth), a power of two so its 32-bit counts wrap onto the same slots.
-inline constexpr uint32_t kFlightRing = 512;
+inline constexpr uint32_t kFlightRing = 256;
 
 /// Sending half of a verbs path. Stripes (SendPath::stripes): a piece of a message other
 /// than its last is one write with immediate (PieceImm), its last piece payload writes and a

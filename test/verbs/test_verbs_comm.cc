@@ -98,8 +98,10 @@ TEST_CASE("each path end's queues are as deep as its role needs, and a full wind
         CHECK(r.max_send_wr < vf::kDeepDepth);
         CHECK(c.fab.recv_qps[k]->send_depth() == vf::kShallowDepth);
     }
+    static_assert(vf::kDataDepth < vn::kMaxInflight);
     // NCCL's most: kMaxRequests grouped receives of kMaxRecvs each, a CTS group per receive
-    // on the receiving end's shallow send queue, and kMaxInflight sends at once.
+    // on the receiving end's shallow send queue, and kMaxInflight sends at once, more than
+    // the sender's QP takes (kDataDepth): the rest wait for its completions.
     Traffic t(*c.send, *c.recv, 60'000, true);
     t.set_registrar(&Conn::reg);
     for (int round = 0; round < 2; ++round) {
