@@ -21,6 +21,10 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
 {
     const uint64_t now = now_ns();
     notices_.reserve(2 * kMaxPaths); // a notice per path per progress, nearly always
+    // Reserved whole, so growing the pool never throws past its block's allocation.
+    reqs_.reserve(kMaxRequests);
+    req_store_.reserve(8); // kMinRequests doubled to kMaxRequests: 3 blocks
+    msgs_.resize(kMinMsgs);
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &p = paths_[i];
         p.sink.comm = this;
@@ -41,9 +45,9 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
 
 RecvComm::~RecvComm()
 {
-    for (RecvRequest &r : reqs_)
-        if (r.state.load(std::memory_order_relaxed) == Request::kPending)
-            for (int i = 0; i < r.n; ++i) MemRegion::unref(r.mr[static_cast<size_t>(i)]);
+    for (RecvRequest *r : reqs_)
+        if (r->state.load(std::memory_order_relaxed) == Request::kPending)
+            for (int i = 0; i < r->n; ++i) MemRegion::unref(r->mr[static_cast<size_t>(i)]);
 }
 
 std::string RecvComm::describe() const
@@ -90,6 +94,8 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
         return error_.load(std::memory_order_relaxed);
     }
     if (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > kMaxInflight) return 0;
+    while (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > msgs_.size())
+        if (!grow_msgs_locked()) return 0; // out of memory: as a full window
     RecvRequest *r = free_request();
     if (r == nullptr) return 0;
     r->is_send = false;
@@ -119,7 +125,7 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
             const FabricMr *fmr = mr != nullptr ? mr->on(devs_[static_cast<size_t>(s)]) : nullptr;
             e.rkey[static_cast<size_t>(s)] = fmr != nullptr ? fmr->rkey : 0;
         }
-        msgs_[(next_post_seq_ + static_cast<uint64_t>(i)) % kMaxInflight] = MsgSlot{r, -1, 0, false};
+        msg(next_post_seq_ + static_cast<uint64_t>(i)) = MsgSlot{r, -1, 0, false};
     }
     next_post_seq_ += static_cast<uint64_t>(n);
     r->state.store(Request::kPending, std::memory_order_relaxed);
@@ -133,9 +139,42 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
 
 RecvRequest *RecvComm::free_request() noexcept
 {
-    for (RecvRequest &c : reqs_)
-        if (c.state.load(std::memory_order_acquire) == Request::kFree) return &c;
-    return nullptr;
+    for (RecvRequest *c : reqs_)
+        if (c->state.load(std::memory_order_acquire) == Request::kFree) return c;
+    // Every request is NCCL's: a block as large as the pool (the first, kMinRequests).
+    const size_t n = reqs_.empty() ? kMinRequests : reqs_.size();
+    if (reqs_.size() + n > static_cast<size_t>(kMaxRequests)) return nullptr;
+    try {
+        auto block = std::make_unique<RecvRequest[]>(n);
+        for (size_t i = 0; i < n; ++i) reqs_.push_back(&block[i]); // reserved: never throws
+        RecvRequest *first = &block[0];
+        req_store_.push_back(std::move(block));                    // reserved: never throws
+        return first;
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+bool RecvComm::grow_msgs_locked() noexcept
+{
+    const size_t n = msgs_.size();
+    if (n >= static_cast<size_t>(kMaxInflight)) return false;
+    try {
+        std::vector<MsgSlot> next(2 * n);
+        const uint64_t mask = 2 * n - 1;
+        // The window holds at most n messages, so theirs are distinct modulo 2n too.
+        for (uint64_t s = floor_; s < next_post_seq_; ++s) next[s & mask] = msg(s);
+        msgs_ = std::move(next);
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
+RecvComm::Slots RecvComm::slots() noexcept
+{
+    Locked g(*this);
+    return {static_cast<uint32_t>(reqs_.size()), static_cast<uint32_t>(msgs_.size())};
 }
 
 int RecvComm::iflush(int n, void *const *data, const int *sizes, MemRegion *const *mrs,
@@ -189,14 +228,14 @@ void RecvComm::progress_flushes_locked() noexcept
     std::array<bool, kMaxPaths> failed{};
     for (size_t k = 0; k < kMaxPaths; ++k)
         if (flushers_[k]) failed[k] = flushers_[k]->progress(&completed[k]) != 0;
-    for (RecvRequest &r : reqs_) {
-        if (!r.is_flush || r.state.load(std::memory_order_relaxed) != Request::kPending) continue;
+    for (RecvRequest *r : reqs_) {
+        if (!r->is_flush || r->state.load(std::memory_order_relaxed) != Request::kPending) continue;
         bool all = true;
         for (size_t k = 0; k < kMaxPaths; ++k)
-            all = all && (!r.flush_on[k] || failed[k] || completed[k] > r.flush_ticket[k]);
+            all = all && (!r->flush_on[k] || failed[k] || completed[k] > r->flush_ticket[k]);
         if (!all) continue;
         --flushes_pending_;
-        r.state.store(Request::kDone, std::memory_order_release);
+        r->state.store(Request::kDone, std::memory_order_release);
     }
 }
 
@@ -204,9 +243,9 @@ void RecvComm::readvertise_locked(int i) noexcept
 {
     std::array<const RecvRequest *, kMaxRequests> open{};
     size_t n = 0;
-    for (const RecvRequest &r : reqs_)
-        if (r.state.load(std::memory_order_relaxed) == Request::kPending && r.remaining > 0 && !r.is_flush)
-            open[n++] = &r;
+    for (const RecvRequest *r : reqs_)
+        if (r->state.load(std::memory_order_relaxed) == Request::kPending && r->remaining > 0 && !r->is_flush)
+            open[n++] = r;
     std::sort(open.begin(), open.begin() + static_cast<long>(n),
               [](const RecvRequest *a, const RecvRequest *b) { return a->cts.index < b->cts.index; });
     for (size_t k = 0; k < n; ++k) paths_[i].path->advertise(open[k]->cts);
@@ -271,7 +310,7 @@ Holding RecvComm::holding_locked() const noexcept
     h.floor = floor_;
     for (uint64_t s = floor_; s < next_post_seq_; ++s) {
         const uint64_t k = s - floor_;
-        if (msgs_[s % kMaxInflight].complete) h.complete[k / 64] |= uint64_t{1} << (k % 64);
+        if (msg(s).complete) h.complete[k / 64] |= uint64_t{1} << (k % 64);
     }
     return h;
 }
@@ -288,7 +327,7 @@ RecvComm::Fate RecvComm::classify_locked(int slot, uint32_t gen, uint64_t seq, A
     // The sender only sends what a CTS entry allowed: anything else breaks the protocol.
     if (seq >= next_post_seq_ || seq - floor_ >= kMaxInflight)
         return asking == Asking::kWanted ? Fate::kStale : Fate::kBad;
-    const MsgSlot &s = msgs_[seq % kMaxInflight];
+    const MsgSlot &s = msg(seq);
     if (s.complete) return Fate::kStale;
     if (asking == Asking::kPiece && gen < s.gen) return Fate::kStale; // rewritten by a replay
     return Fate::kLive;
@@ -311,7 +350,7 @@ Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, ui
         p.error = rc;
         return p; // kError
     }
-    MsgSlot &s = msgs_[seq % kMaxInflight];
+    MsgSlot &s = msg(seq);
     restart_count_locked(s, gen);
     p.kind = Placement::kPlace;
     p.dest = s.req->data[static_cast<size_t>(entry)];
@@ -320,7 +359,7 @@ Placement RecvComm::locate(int slot, uint32_t gen, uint64_t seq, int32_t tag, ui
 
 int RecvComm::bind_locked(uint64_t seq, int32_t tag, uint64_t size, int entry) noexcept
 {
-    MsgSlot &s = msgs_[seq % kMaxInflight];
+    MsgSlot &s = msg(seq);
     RecvRequest *r = s.req;
     if (entry < 0 || entry >= r->n) return -EPROTO;
     const size_t e = static_cast<size_t>(entry);
@@ -348,7 +387,7 @@ int RecvComm::whole(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t 
     const Fate f = classify_locked(slot, gen, seq, Asking::kWhole);
     if (f != Fate::kLive) return f == Fate::kBad ? -EPROTO : 0;
     if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
-    return add_bytes_locked(slot, seq, size - msgs_[seq % kMaxInflight].got);
+    return add_bytes_locked(slot, seq, size - msg(seq).got);
 }
 
 int RecvComm::unwrap_locked(uint64_t residue, int bits, int entry, uint64_t *seq,
@@ -361,7 +400,7 @@ int RecvComm::unwrap_locked(uint64_t residue, int bits, int entry, uint64_t *seq
     *seq = base + ((residue - base) & (mod - 1));
     if (*seq < floor_) return 1; // a replay of a completed message
     if (*seq >= next_post_seq_ || *seq - floor_ >= kMaxInflight) return -EPROTO;
-    const RecvRequest *r = msgs_[*seq % kMaxInflight].req;
+    const RecvRequest *r = msg(*seq).req;
     if (entry < 0 || entry >= r->n) return -EPROTO;
     *tag = r->cts.entries[static_cast<size_t>(entry)].tag;
     return 0;
@@ -383,7 +422,7 @@ int RecvComm::piece(int slot, uint32_t gen, uint64_t seq, int32_t tag, uint64_t 
     const Fate f = classify_locked(slot, gen, seq, Asking::kPiece);
     if (f != Fate::kLive) return f == Fate::kBad ? -EPROTO : 0;
     if (int rc = bind_locked(seq, tag, size, entry); rc != 0) return rc;
-    restart_count_locked(msgs_[seq % kMaxInflight], gen);
+    restart_count_locked(msg(seq), gen);
     return add_bytes_locked(slot, seq, len);
 }
 
@@ -419,7 +458,7 @@ int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept
             tm->meter.set_state(now, telemetry::kActive, gen_);
         }
     }
-    MsgSlot &s = msgs_[seq % kMaxInflight];
+    MsgSlot &s = msg(seq);
     RecvRequest *r = s.req;
     s.got += len;
     const size_t e = static_cast<size_t>(s.buf);
@@ -431,8 +470,8 @@ int RecvComm::add_bytes_locked(int slot, uint64_t seq, uint64_t len) noexcept
     s.complete = true;
     if (--r->remaining == 0) complete_locked(r);
     const uint64_t old = floor_;
-    while (floor_ < next_post_seq_ && msgs_[floor_ % kMaxInflight].complete)
-        msgs_[floor_++ % kMaxInflight] = MsgSlot{};
+    while (floor_ < next_post_seq_ && msg(floor_).complete)
+        msg(floor_++) = MsgSlot{};
     if (floor_ != old) ack_due_ = true; // told to every live path by settle_locked()
     return 0;
 }

@@ -92,7 +92,8 @@ public:
     /// NCCL's irecv() with n (1..kMaxRecvs) buffers; `mrs` (NCCL's mhandles, may be null or
     /// hold nulls) gain a reference each until the request completes. The group is advertised
     /// to the sender at once. *out = NULL when all kMaxRequests requests or the sequence
-    /// window are in use (NCCL retries). Returns 0, -EINVAL for a bad n or a size beyond
+    /// window are in use, or the request pool or message ring could not grow for want of
+    /// memory (NCCL retries). Returns 0, -EINVAL for a bad n or a size beyond
     /// kMaxMessageBytes, or the connection's error.
     int irecv(int n, void *const *data, const size_t *sizes, const int *tags,
               MemRegion *const *mrs, Request **out) noexcept;
@@ -116,6 +117,15 @@ public:
     /// Every path, for the connect/accept log line: "primary ..., backup ..." (or "no backup").
     std::string describe_paths() const;
     uint32_t generation() noexcept;
+
+    /// What the connection holds for NCCL's receives now: requests in its pool (kMinRequests
+    /// growing to kMaxRequests) and message slots in its ring (kMinMsgs growing to
+    /// kMaxInflight). Thread-safe.
+    struct Slots {
+        uint32_t requests = 0;
+        uint32_t messages = 0;
+    };
+    Slots slots() noexcept;
 
 private:
     /// Per-slot adapter: what a path reports in progress() lands in the comm with its slot.
@@ -155,7 +165,7 @@ private:
         int abandoned = -1;     // the slot the sender left after a failure (-1: none)
         uint64_t abandoned_id = 0;
     };
-    /// One message of a posted group: ring slot seq % kMaxInflight.
+    /// One message of a posted group: msg(seq).
     struct MsgSlot {
         RecvRequest *req = nullptr; // the irecv covering this seq
         int buf = -1;           // its buffer, once bound by the sender's first frame
@@ -208,8 +218,6 @@ private:
     /// Advertises every group not yet complete on path `i`, oldest first.
     void readvertise_locked(int i) noexcept;
     void complete_locked(RecvRequest *r) noexcept;
-    /// A free request of the pool, or nullptr.
-    RecvRequest *free_request() noexcept;
     /// Completes the flush requests whose reads completed.
     void progress_flushes_locked() noexcept;
     bool quiet_locked() const noexcept override;
@@ -251,8 +259,26 @@ private:
     std::array<std::unique_ptr<Flusher>, kMaxPaths> flushers_; // per slot's device; may be null
     int flushes_pending_ = 0;
     uint64_t next_accept_poll_ns_ = 0;
-    std::array<RecvRequest, kMaxRequests> reqs_;
-    std::array<MsgSlot, kMaxInflight> msgs_;
+    // Requests: reqs_ points into req_store_'s blocks, whose requests never move (NCCL holds
+    // them). The pool starts at kMinRequests and doubles while NCCL has more receives and
+    // flushes pending at once, up to kMaxRequests: a connection holds what it used, 4 KiB at
+    // kMinRequests, 17 KiB at kMaxRequests (544 bytes a request).
+    static constexpr size_t kMinRequests = 8;
+    std::vector<RecvRequest *> reqs_;
+    std::vector<std::unique_ptr<RecvRequest[]>> req_store_;
+    /// A free request of the pool, grown if none is (nullptr at kMaxRequests, or out of
+    /// memory).
+    RecvRequest *free_request() noexcept;
+    // Messages: msg(seq) for seq in [floor_, next_post_seq_); no other slot holds state. The
+    // ring starts at kMinMsgs and doubles while more messages are posted and not complete,
+    // up to kMaxInflight: 640 bytes at kMinMsgs, 10 KiB at kMaxInflight.
+    static constexpr size_t kMinMsgs = 16;
+    MsgSlot &msg(uint64_t seq) noexcept { return msgs_[seq & (msgs_.size() - 1)]; }
+    const MsgSlot &msg(uint64_t seq) const noexcept { return msgs_[seq & (msgs_.size() - 1)]; }
+    std::vector<MsgSlot> msgs_;
+    /// Doubles the message ring (at most to kMaxInflight), each message of [floor_,
+    /// next_post_seq_) moving to its seq's place. False at kMaxInflight or out of memory.
+    bool grow_msgs_locked() noexcept;
     uint32_t gen_ = 1;
     int active_path_ = kPrimary; // where the newest generation arrives (telemetry)
     uint64_t next_group_ = 0;    // index of the next irecv's CTS group

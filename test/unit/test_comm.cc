@@ -429,6 +429,65 @@ TEST_CASE("irecv is refused while the sequence window is full, even with free re
     CHECK(must_irecv(L.recv, {data}, {1}, {3}) != nullptr);
 }
 
+TEST_CASE("a receiving connection's requests and message ring grow with what is pending, and "
+          "a message half placed before the growth completes in place", "[comm]")
+{
+    Link L;
+    // Message 0's first half travels on stream 0, its second half on stream 1, held back;
+    // every other message whole on stream 0.
+    L.w.set_streams(2);
+    L.w.paused[1] = true;
+    L.w.split = [](const OutMessage &m, Lane &lane) {
+        if (m.seq != 0) {
+            FakeSendPath::write_to(lane, 0, chunk_of(m, 0, m.size, lane.gen));
+            return;
+        }
+        FakeSendPath::write_to(lane, 0, chunk_of(m, 0, m.size / 2, lane.gen));
+        FakeSendPath::write_to(lane, 1, chunk_of(m, m.size / 2, m.size - m.size / 2, lane.gen));
+    };
+    auto slots = [&] { return std::pair{L.recv.slots().requests, L.recv.slots().messages}; };
+    CHECK(slots() == std::pair{0u, 16u}); // nothing allocated for requests before the first
+
+    constexpr size_t kBytes = 64;
+    std::vector<std::vector<uint8_t>> dst(vn::kMaxInflight, std::vector<uint8_t>(kBytes, 0xEE));
+    std::vector<std::vector<uint8_t>> src;
+    for (int i = 0; i < vn::kMaxInflight; ++i) src.push_back(bytes(kBytes, static_cast<uint8_t>(i)));
+    auto post = [&](int k) {
+        std::vector<void *> d;
+        for (int i = 0; i < vn::kMaxRecvs; ++i) d.push_back(dst[static_cast<size_t>(k * vn::kMaxRecvs + i)].data());
+        return must_irecv(L.recv, d, std::vector<size_t>(vn::kMaxRecvs, kBytes), std::vector<int>(vn::kMaxRecvs, 6));
+    };
+    std::vector<Request *> recvs{post(0)};
+    CHECK(slots() == std::pair{8u, 16u});
+    for (int i = 0; i < vn::kMaxRecvs; ++i) must_isend(L.send, src[static_cast<size_t>(i)].data(), kBytes, 6);
+    // Messages 1..7 complete, message 0 holds half its bytes: the floor stays at 0.
+    CHECK_FALSE(done(L.recv, recvs[0]));
+    CHECK(all_equal(dst[0].data() + kBytes / 2, kBytes / 2, 0xEE));
+
+    // NCCL's fullest window: every request and every message slot, the ring doubling four
+    // times and the pool twice while message 0 is half placed.
+    for (int k = 1; k < vn::kMaxRequests; ++k) recvs.push_back(post(k));
+    CHECK(slots() == std::pair{static_cast<uint32_t>(vn::kMaxRequests), static_cast<uint32_t>(vn::kMaxInflight)});
+    for (int i = vn::kMaxRecvs; i < vn::kMaxInflight; ++i)
+        must_isend(L.send, src[static_cast<size_t>(i)].data(), kBytes, 6);
+    for (size_t k = 1; k < recvs.size(); ++k) REQUIRE(done(L.recv, recvs[k]));
+    CHECK_FALSE(done(L.recv, recvs[0]));
+    CHECK(L.w.acks.empty()); // message 0 incomplete: no ack
+
+    L.w.paused[1] = false;
+    REQUIRE(done(L.recv, recvs[0]));
+    for (int i = 0; i < vn::kMaxInflight; ++i) {
+        INFO("message " << i);
+        CHECK(dst[static_cast<size_t>(i)] == src[static_cast<size_t>(i)]);
+    }
+    REQUIRE_FALSE(L.w.acks.empty());
+    CHECK(L.w.acks.back().first == static_cast<uint64_t>(vn::kMaxInflight));
+    // The next window reuses what is there: the pool and the ring keep their size.
+    Request *again = post(0);
+    CHECK(std::find(recvs.begin(), recvs.end(), again) != recvs.end());
+    CHECK(slots() == std::pair{static_cast<uint32_t>(vn::kMaxRequests), static_cast<uint32_t>(vn::kMaxInflight)});
+}
+
 // ---- Placement at the receiver ----------------------------------------------------------------
 
 TEST_CASE("multi-recv: messages land in the buffers the sender bound them to, whatever the "
