@@ -150,9 +150,10 @@ private:
 };
 
 /// Receiving half. Not thread-safe: used under the owning RecvComm's lock.
-/// Memory: a 64 KiB staging buffer per stream (small frames are read in batches and copied;
-/// large payloads are read straight into the user's buffer) and the queued back channel
-/// (bounded by the CTS groups outstanding, a few KiB).
+/// Memory: a staging buffer per stream once it has read, 4 KiB, 64 KiB for a stream of many
+/// small frames (kStageBytes; small frames are read in batches and copied, large payloads
+/// straight into the user's buffer), and the queued back channel (bounded by the CTS groups
+/// outstanding, a few KiB).
 class TcpRecvPath final : public RecvPath
 {
 public:
