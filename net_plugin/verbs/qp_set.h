@@ -27,8 +27,10 @@ enum class End { kSender, kReceiver };
 /// the kernel's rxe_queue_init), so each depth, and the CQ's (both queues of every QP of the
 /// set), is one below one: under rxe 576 send WRs took 1,024 slots.
 /// The deep queue of an end: a sender's send queue, a receiver's receive queue (one receive,
-/// without a buffer, for each write with immediate the sender may have outstanding).
-inline constexpr uint32_t kDeepDepth = 255;
+/// without a buffer, for each write with immediate the sender may have outstanding). With
+/// the shallow queue it fills a CQ of 256 slots (255 entries): the send queue takes 256 slots
+/// under rxe at 191 as at 255, the CQ half of 512.
+inline constexpr uint32_t kDeepDepth = 191;
 /// The shallow queue of an end: a receiver's send queue, a sender's receive queue. Each side
 /// has at most kCtlSlots control messages outstanding (the peer hands slots back in credits)
 /// and one credit.
@@ -43,7 +45,7 @@ inline constexpr uint32_t kDataDepth = kDeepDepth - kCtlSlots - 1;
 inline constexpr uint32_t kProxyWindow = 8 * kMaxRecvs;
 static_assert(kDataDepth >= 2 * kProxyWindow, "what NCCL's proxy keeps in flight fits a QP twice as short writes");
 static_assert(kShallowDepth >= kCtlSlots + 1, "every control message the credits allow and a credit fit");
-static_assert(kDeepDepth + kShallowDepth <= 511, "a QP's completions fit a CQ of 512 slots");
+static_assert(kDeepDepth + kShallowDepth <= 255, "a QP's completions fit a CQ of 256 slots");
 /// Send and receive depths of an end's QPs.
 constexpr uint32_t send_depth(End e) { return e == End::kSender ? kDeepDepth : kShallowDepth; }
 constexpr uint32_t recv_depth(End e) { return e == End::kSender ? kShallowDepth : kDeepDepth; }
