@@ -24,7 +24,6 @@ RecvComm::RecvComm(RecvPaths paths, const std::array<int, kMaxPaths> &devs,
     // Reserved whole, so growing the pool never throws past its block's allocation.
     reqs_.reserve(kMaxRequests);
     req_store_.reserve(8); // kMinRequests doubled to kMaxRequests: 3 blocks
-    msgs_.resize(kMinMsgs);
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &p = paths_[i];
         p.sink.comm = this;
@@ -94,8 +93,11 @@ int RecvComm::irecv(int n, void *const *data, const size_t *sizes, const int *ta
         return error_.load(std::memory_order_relaxed);
     }
     if (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > kMaxInflight) return 0;
+    // The ring doubles (to kMaxInflight) while the window would not fit, each message of
+    // [floor_, next_post_seq_) moving to its seq's place.
     while (next_post_seq_ + static_cast<uint64_t>(n) - floor_ > msgs_.size())
-        if (!grow_msgs_locked()) return 0; // out of memory: as a full window
+        if (!msgs_.grow(floor_, next_post_seq_, static_cast<size_t>(kMaxInflight)))
+            return 0; // out of memory: as a full window
     RecvRequest *r = free_request();
     if (r == nullptr) return 0;
     r->is_send = false;
@@ -152,22 +154,6 @@ RecvRequest *RecvComm::free_request() noexcept
         return first;
     } catch (...) {
         return nullptr;
-    }
-}
-
-bool RecvComm::grow_msgs_locked() noexcept
-{
-    const size_t n = msgs_.size();
-    if (n >= static_cast<size_t>(kMaxInflight)) return false;
-    try {
-        std::vector<MsgSlot> next(2 * n);
-        const uint64_t mask = 2 * n - 1;
-        // The window holds at most n messages, so theirs are distinct modulo 2n too.
-        for (uint64_t s = floor_; s < next_post_seq_; ++s) next[s & mask] = msg(s);
-        msgs_ = std::move(next);
-        return true;
-    } catch (...) {
-        return false;
     }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm.h"
+#include "pow2_ring.h"
 
 namespace vigil::net {
 
@@ -273,12 +274,9 @@ private:
     // ring starts at kMinMsgs and doubles while more messages are posted and not complete,
     // up to kMaxInflight: 640 bytes at kMinMsgs, 10 KiB at kMaxInflight.
     static constexpr size_t kMinMsgs = 16;
-    MsgSlot &msg(uint64_t seq) noexcept { return msgs_[seq & (msgs_.size() - 1)]; }
-    const MsgSlot &msg(uint64_t seq) const noexcept { return msgs_[seq & (msgs_.size() - 1)]; }
-    std::vector<MsgSlot> msgs_;
-    /// Doubles the message ring (at most to kMaxInflight), each message of [floor_,
-    /// next_post_seq_) moving to its seq's place. False at kMaxInflight or out of memory.
-    bool grow_msgs_locked() noexcept;
+    MsgSlot &msg(uint64_t seq) noexcept { return msgs_.at(seq); }
+    const MsgSlot &msg(uint64_t seq) const noexcept { return msgs_.at(seq); }
+    Pow2Ring<MsgSlot> msgs_{kMinMsgs};
     uint32_t gen_ = 1;
     int active_path_ = kPrimary; // where the newest generation arrives (telemetry)
     uint64_t next_group_ = 0;    // index of the next irecv's CTS group

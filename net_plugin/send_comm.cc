@@ -23,7 +23,6 @@ SendComm::SendComm(SendPaths paths, const std::array<int, kMaxPaths> &devs,
     ring_store_.reserve(8); // kMinRing doubled to kMaxInflight: 5 blocks; push_back never throws
     ring_store_.push_back(std::make_unique<RingSlot[]>(kMinRing));
     for (size_t i = 0; i < kMinRing; ++i) ring_.push_back(&ring_store_[0][i]);
-    cts_.resize(kMinCts);
     const uint64_t now = now_ns();
     for (int i = 0; i < kMaxPaths; ++i) {
         PathSlot &sl = paths_[i];
@@ -295,19 +294,6 @@ bool SendComm::grow_ring_locked() noexcept
     }
 }
 
-bool SendComm::grow_cts_locked() noexcept
-{
-    const size_t n = cts_.size(), mask = 2 * n - 1;
-    try {
-        std::vector<CtsGroup> next(2 * n);
-        for (uint64_t g = cts_head_; g < cts_next_; ++g) next[g & mask] = cts_at(g);
-        cts_ = std::move(next);
-        return true;
-    } catch (...) {
-        return false;
-    }
-}
-
 int SendComm::match_locked(int tag, size_t size, int *entry) noexcept
 {
     *entry = -1;
@@ -459,7 +445,10 @@ int SendComm::on_cts(int slot, const CtsGroup &g) noexcept
     if (g.first_seq != cts_next_first_seq_) return bad("starts at an unexpected sequence number");
     if (cts_next_ - cts_head_ >= static_cast<uint64_t>(kMaxCtsGroups))
         return bad("exceeds the groups the receiver can have outstanding");
-    if (cts_next_ - cts_head_ >= cts_.size() && !grow_cts_locked()) {
+    // The ring doubles (to kMaxCtsGroups) while full, each known group moving to its index's
+    // place.
+    if (cts_next_ - cts_head_ >= cts_.size() &&
+        !cts_.grow(cts_head_, cts_next_, static_cast<size_t>(kMaxCtsGroups))) {
         VLOG_WARN("host %s: %s: out of memory for CTS group %llu", host_name(),
                   paths_[slot].desc.c_str(), static_cast<unsigned long long>(g.index));
         cts_error_ = -ENOMEM;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm.h"
+#include "pow2_ring.h"
 #include "nccl_abi/nccl_common.h"
 #include "nccl_abi/profiler_net_vigil.h"
 #include "striper.h"
@@ -219,9 +220,6 @@ private:
     /// new one too), its Request where NCCL holds it. False at kMaxInflight or out of memory
     /// (isend then answers NULL, as for a full ring).
     bool grow_ring_locked() noexcept;
-    /// Doubles the CTS group ring (at most to kMaxCtsGroups), groups [cts_head_, cts_next_)
-    /// moving to their index's place. False out of memory.
-    bool grow_cts_locked() noexcept;
     void on_acked(uint64_t seq) noexcept;
     void on_held(uint64_t seq) noexcept;
     /// `len` bytes of `seq` that slot `slot` carried landed in generation `gen`, `late_ns`
@@ -372,12 +370,12 @@ private:
     uint64_t acked_ = 0;     // every seq below is held by the receiver
     uint64_t ack_seen_ = 0;  // highest ack reported by any path (applied by complete_acked)
 
-    // CTS groups: cts_[index & (cts_.size() - 1)], [cts_head_, cts_next_) known and not yet
+    // CTS groups: cts_at(index), [cts_head_, cts_next_) known and not yet
     // fully bound; entries of the head group are bound in head_bound_. Starts at kMinCts
     // groups and doubles while the receiver has more outstanding, up to kMaxCtsGroups.
     static constexpr size_t kMinCts = 8;
-    CtsGroup &cts_at(uint64_t index) noexcept { return cts_[index & (cts_.size() - 1)]; }
-    std::vector<CtsGroup> cts_;
+    CtsGroup &cts_at(uint64_t index) noexcept { return cts_.at(index); }
+    Pow2Ring<CtsGroup> cts_{kMinCts};
     uint64_t cts_head_ = 0;
     uint64_t cts_next_ = 0;
     uint64_t cts_next_first_seq_ = 0; // first_seq the group cts_next_ must carry

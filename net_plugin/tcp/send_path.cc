@@ -23,7 +23,7 @@ constexpr size_t kGatherBytes = 256 * 1024; // stop gathering small frames beyon
 } // namespace
 
 TcpSendPath::TcpSendPath(std::vector<UniqueFd> fds, PathIdentity id, size_t chunk_bytes)
-    : fifo_(kMinFifo), id_(std::move(id)), chunk_(chunk_bytes), last_pass_ns_(now_ns())
+    : id_(std::move(id)), chunk_(chunk_bytes), last_pass_ns_(now_ns())
 {
     streams_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -154,26 +154,30 @@ void TcpSendPath::sabotage()
     for (Stream &s : streams_) shutdown(s.fd.get(), SHUT_RDWR);
 }
 
-void TcpSendPath::grow()
+bool TcpSendPath::make_room()
 {
+    uint64_t lowest = end_idx_;
+    for (const Stream &s : streams_) lowest = std::min(lowest, s.cur.idx);
+    if (end_idx_ - lowest < fifo_.size()) return true;
     // Each stream's cursor moves past what it sent (as its next pump would), so none refers
     // to a piece below `lowest`, which stays behind.
-    uint64_t lowest = end_idx_;
+    lowest = end_idx_;
     for (Stream &s : streams_) {
         seek(s.index, &s.cur);
         lowest = std::min(lowest, s.cur.idx);
     }
-    if (end_idx_ - lowest < fifo_.size()) return;
-    std::vector<Msg> next(2 * fifo_.size());
-    for (uint64_t i = lowest; i < end_idx_; ++i) next[i & (next.size() - 1)] = at(i);
-    fifo_ = std::move(next);
+    return end_idx_ - lowest < fifo_.size() || fifo_.grow(lowest, end_idx_, kMaxFifo);
 }
 
 void TcpSendPath::post(const OutMessage &m)
 {
-    uint64_t lowest = end_idx_;
-    for (const Stream &s : streams_) lowest = std::min(lowest, s.cur.idx);
-    if (end_idx_ - lowest >= fifo_.size()) grow();
+    if (post_error_ != 0) return; // the path has failed: progress() says so
+    if (!make_room()) {
+        // Never reached by what the core posts (kMaxFifo); out of memory, the path fails and
+        // the connection replays what it carried on another.
+        post_error_ = -ENOMEM;
+        return;
+    }
     Msg &d = at(end_idx_);
     d.m = m;
     d.nchunks = m.length == 0 ? 1 : (m.length + chunk_ - 1) / chunk_;
@@ -438,6 +442,12 @@ bool TcpSendPath::on_back(const BackHeader &h, const uint8_t *msg, SendSink &sin
 PathStatus TcpSendPath::progress(SendSink &sink)
 {
     PathStatus st;
+    if (post_error_ != 0) {
+        st.error = post_error_;
+        st.detail = "could not queue a piece: the FIFO is full at " +
+                    std::to_string(fifo_.size()) + " pieces, or memory ran out";
+        return st;
+    }
     unsent_fresh_ = false; // the sockets' queues move now
     for (Stream &s : streams_)
         if (pump(s, &st) != 0) return st;

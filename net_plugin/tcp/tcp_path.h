@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../fabric.h"
+#include "../pow2_ring.h"
 #include "../sockets/socket.h"
 #include "return_delay.h"
 #include "wire.h"
@@ -30,7 +31,7 @@ namespace vigil::net::tcp {
 
 /// Sending half. Not thread-safe: used under the owning SendComm's lock.
 /// Memory: a FIFO of posted pieces, 16 at first (2 KiB), doubling in post() while more are
-/// queued (to kFifo, 60 KiB, under the deepest multipath queues).
+/// queued (kFifo, 60 KiB, under the deepest multipath queues; never past kMaxFifo).
 /// Stripes (SendPath::stripes): takes pieces of messages, and begin() while frames of the old
 /// generation are still being written (each stream finishes the frame it is in the middle of,
 /// so the stream stays a sequence of whole frames, and drops the rest of the old generation).
@@ -62,6 +63,11 @@ public:
     /// flight once (kMaxInflight), and as many again for pieces (the core posts pieces only
     /// while can_post()).
     static constexpr uint64_t kFifo = 2 * kMaxInflight;
+    /// The FIFO never grows past this: beyond what the core can fill (kFifo pieces posted
+    /// while can_post(), then up to kMaxInflight whole messages once the connection stops
+    /// striping, before the streams pass them). A piece posted past it, or when memory runs
+    /// out, fails the path: progress() answers -ENOMEM and the connection fails over.
+    static constexpr size_t kMaxFifo = 4 * kFifo;
 
 private:
     /// One posted piece: bytes [m.offset, m.offset + m.length) of message m.seq.
@@ -115,12 +121,14 @@ private:
 
     std::vector<Stream> streams_;
     static constexpr size_t kMinFifo = 16;
-    /// Posted piece `idx` (fifo_ is a power of two in size).
-    Msg &at(uint64_t idx) { return fifo_[idx & (fifo_.size() - 1)]; }
-    const Msg &at(uint64_t idx) const { return fifo_[idx & (fifo_.size() - 1)]; }
-    /// Doubles the FIFO, the pieces some stream has still to send moving to their place.
-    void grow();
-    std::vector<Msg> fifo_;
+    /// Posted piece `idx`.
+    Msg &at(uint64_t idx) { return fifo_.at(idx); }
+    const Msg &at(uint64_t idx) const { return fifo_.at(idx); }
+    /// Makes room for one more piece: doubles the FIFO when full, the pieces some stream has
+    /// still to send moving to their place. False at kMaxFifo or out of memory.
+    bool make_room();
+    Pow2Ring<Msg> fifo_{kMinFifo};
+    int post_error_ = 0; // -ENOMEM: post() could not queue a piece; progress() reports it
     uint64_t end_idx_ = 0; // FIFO index of the next post
     uint32_t next_first_ = 0;
     PathIdentity id_;
