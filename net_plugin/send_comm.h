@@ -370,9 +370,9 @@ private:
     uint64_t acked_ = 0;     // every seq below is held by the receiver
     uint64_t ack_seen_ = 0;  // highest ack reported by any path (applied by complete_acked)
 
-    // CTS groups: cts_at(index), [cts_head_, cts_next_) known and not yet
-    // fully bound; entries of the head group are bound in head_bound_. Starts at kMinCts
-    // groups and doubles while the receiver has more outstanding, up to kMaxCtsGroups.
+    // CTS groups: cts_at(index), [cts_head_, cts_next_) known and not yet fully bound;
+    // entries of the head group are bound in head_bound_. Starts at kMinCts groups and
+    // doubles while the receiver has more outstanding, up to kMaxCtsGroups.
     static constexpr size_t kMinCts = 8;
     CtsGroup &cts_at(uint64_t index) noexcept { return cts_.at(index); }
     Pow2Ring<CtsGroup> cts_{kMinCts};

@@ -27,7 +27,7 @@ TEST_CASE("a ring keeps its live entries at their index across each doubling", "
         CHECK(r.at(hi) == 0);
         r.at(hi) = 1000 + hi;
     }
-    ++lo; // the floor moves; the window spans the old ring's wrap point twice over
+    ++lo; // the floor moves; the window [14, 21) crosses the 8-slot ring's wrap at 16
     REQUIRE(r.grow(lo, hi, 64));
     REQUIRE(r.size() == 16);
     for (uint64_t i = lo; i < hi; ++i) CHECK(r.at(i) == 1000 + i);
